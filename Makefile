@@ -1,0 +1,35 @@
+# Everything a fresh clone needs. `make setup` builds .venv; `make test` is what CI runs.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch where there is no CUDA (on this project's machines it installs from local disk);
+# set TORCH_SPEC=torch on a CUDA machine to take the default build.
+TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
+EXTRAS ?= test
+PYTEST_ARGS ?= -n 2
+STAMP := $(VENV)/.installed-$(EXTRAS)
+
+.PHONY: setup test test-gpu check-attention bench-attention clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH_SPEC)"
+	$(BIN)/pip install -q --disable-pip-version-check -e ".[$(EXTRAS)]"
+	touch $@
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -m gpu
+
+check-attention: $(STAMP)
+	$(BIN)/repro attention check
+
+bench-attention: $(STAMP)
+	$(BIN)/repro bench attention --out results/bench/attention.json
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info

@@ -1,0 +1,1 @@
+"""Infinite-LLM reference engine: DistAttention kernels, rBlocks, rManager, gManager, instances."""

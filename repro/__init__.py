@@ -1,0 +1,1 @@
+"""Reproduction harness for Infinite-LLM: the `repro` command line, experiments, results and plots."""

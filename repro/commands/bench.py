@@ -1,0 +1,12 @@
+import click
+
+from repro.lazy_group import LazyGroup
+
+BENCHMARKS = {
+    "attention": "repro.commands.bench_attention:bench_attention",
+}
+
+
+@click.group(cls=LazyGroup, lazy=BENCHMARKS)
+def bench():
+    """Micro-benchmarks measured on the machine at hand."""
