@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from attention_cases import make_case
+from reference_impl.kernels.equivalence import make_case
 from reference_impl.kernels import dist_attention, micro_attention, scale_reduce
 
 

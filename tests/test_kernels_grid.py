@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from attention_cases import LENGTHS, assert_matches_reference, make_case
-from reference_impl.kernels import micro_attention, scale_reduce
+from reference_impl.kernels.equivalence import LENGTHS, assert_matches_reference, make_case, split_and_merge
 
 NUM_SEQS = (1, 3, 17)
 HEADS = ((4, 4), (8, 2), (8, 1))
@@ -28,20 +27,11 @@ def lengths_for(num_seqs: int, offset: int) -> list[int]:
     return lens
 
 
-def split_and_merge(case, seed: int, backend: str):
-    parts = case.split(np.random.default_rng(seed))
-    results = [micro_attention(case.q, case.k_cache, case.v_cache, table, lens, backend=backend)
-               for table, lens in parts]
-    outs = torch.stack([o for o, _ in results])
-    lses = torch.stack([lse for _, lse in results])
-    return scale_reduce(outs, lses, backend=backend)
-
-
 @pytest.mark.parametrize("num_seqs,heads,head_dim,block_size,dtype", FULL_GRID)
 def test_torch_path_full_grid(num_seqs, heads, head_dim, block_size, dtype):
     index = FULL_GRID.index((num_seqs, heads, head_dim, block_size, dtype))
     case = make_case(lengths_for(num_seqs, index), *heads, head_dim, block_size, dtype, seed=index)
-    assert_matches_reference(case, *split_and_merge(case, seed=index, backend="torch"))
+    assert_matches_reference(case, *split_and_merge(case, np.random.default_rng(index), backend="torch"))
 
 
 # Under the interpreter every inner-loop step costs milliseconds, so the Triton grid covers every value
@@ -64,7 +54,7 @@ TRITON_CASES = [
 def test_triton_kernels_match_reference(case_index):
     lens, heads, head_dim, block_size, dtype = TRITON_CASES[case_index]
     case = make_case(lens, *heads, head_dim, block_size, dtype, seed=100 + case_index)
-    assert_matches_reference(case, *split_and_merge(case, seed=case_index, backend="triton"))
+    assert_matches_reference(case, *split_and_merge(case, np.random.default_rng(case_index), backend="triton"))
 
 
 @pytest.mark.gpu
@@ -72,4 +62,4 @@ def test_triton_kernels_match_reference(case_index):
 def test_triton_gpu_full_grid(num_seqs, heads, head_dim, block_size, dtype):
     index = FULL_GRID.index((num_seqs, heads, head_dim, block_size, dtype))
     case = make_case(lengths_for(num_seqs, index), *heads, head_dim, block_size, dtype, seed=index, device="cuda")
-    assert_matches_reference(case, *split_and_merge(case, seed=index, backend="triton"))
+    assert_matches_reference(case, *split_and_merge(case, np.random.default_rng(index), backend="triton"))

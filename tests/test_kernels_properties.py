@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attention_cases import make_case
+from reference_impl.kernels.equivalence import make_case
 from reference_impl.kernels import dist_attention, micro_attention, scale_reduce
 from reference_impl.kernels.launch_config import CONFIGS, context_class
 from reference_impl.kernels.reference import gather_kv
