@@ -18,6 +18,12 @@ class InstanceLoad:
     attn_kv_tokens: int  # KV tokens this instance reads in attention: its own local ones plus those it hosts
     num_remote_queries: int = 0  # (request, creditor) pairs: a query out and an (out, lse) back per layer
     prefill_tokens: int = 0  # prompt tokens processed in this step (non-attention cost)
+    prefill_attn_pairs: int = 0  # prefill attention: sum over prompt chunks of (query token, KV token) pairs
+
+
+def causal_prefill_pairs(num_new_tokens: int, num_cached_tokens: int = 0) -> int:
+    """(query, key) pairs of causal attention for a prompt chunk after `num_cached_tokens` of prefix."""
+    return num_new_tokens * num_cached_tokens + num_new_tokens * (num_new_tokens + 1) // 2
 
 
 class PerfModel(Protocol):

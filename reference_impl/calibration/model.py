@@ -1,0 +1,144 @@
+"""CalibratedPerfModel: infinite-llm Eq. 5 with every term taken from a calibration file.
+
+    layer time = W(b)/f(b)        measured non-attention time of one layer at b tokens (TP shard)
+               + 2 all-reduces    of b * hidden activations when tp > 1 (after attention and after the MLP)
+               + KV bytes / g     attention: KV tokens read x KV bytes per token per GPU / achieved read rate
+               + prefill pairs    causal prefill attention FLOPs / achieved prefill attention FLOP rate
+               + remote MA        queries out and (out, lse) back on the link between the instances
+               + PP send/recv     (pp - 1) activation transfers per step, spread over the layers
+"""
+from dataclasses import dataclass
+
+from reference_impl.calibration import coefficients
+from reference_impl.calibration.curve import Curve
+from reference_impl.calibration.memory import MemoryModel
+from reference_impl.calibration.specs import model_spec, reserve_fraction
+from reference_impl.errors import InputError
+from reference_impl.perf_model import InstanceLoad
+
+LSE_BYTES = 4  # float32 log-sum-exp per head
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """Time of one message between two GPUs: a measured curve, or latency + bytes / bandwidth."""
+
+    name: str
+    curve: Curve | None = None
+    latency_s: float = 0.0
+    bytes_per_s: float = 0.0
+
+    def time_s(self, num_bytes: float) -> float:
+        if num_bytes <= 0:
+            return 0.0
+        if self.curve is not None:
+            return self.curve(num_bytes)
+        return self.latency_s + num_bytes / self.bytes_per_s
+
+
+def resolve_link(hardware: dict, link, where: str) -> Link:
+    """`link`: a measured send/recv name of the calibration ("intra-node", "inter-node"), a Link, or a
+    bandwidth in GB/s (a number or numeric string), which keeps the measured inter-node latency."""
+    if isinstance(link, Link):
+        return link
+    measured = hardware["send_recv_s"]
+    if isinstance(link, str) and link in measured:
+        return Link(link, curve=Curve.from_json(measured[link]))
+    try:
+        gb_s = float(link)
+    except (TypeError, ValueError):
+        raise InputError(f"unknown link {link!r} for {where}: choose one of {', '.join(sorted(measured))} "
+                         "or a bandwidth in GB/s") from None
+    if not gb_s > 0:
+        raise InputError(f"link bandwidth must be > 0 GB/s (got {link!r})")
+    floor = measured.get("inter-node", {}).get("y", [0.0])[0]
+    return Link(f"{gb_s:g} GB/s", latency_s=floor, bytes_per_s=gb_s * 1e9)
+
+
+def _hardware(doc: dict, gpu: str, where: str) -> dict:
+    if gpu not in doc["hardware"]:
+        raise InputError(f"no calibration for GPU {gpu!r} in {where}: available {', '.join(sorted(doc['hardware']))}")
+    return doc["hardware"][gpu]
+
+
+@dataclass(frozen=True, slots=True)
+class CalibratedPerfModel:
+    """Implements reference_impl.perf_model.PerfModel for one instance (tp x pp GPUs)."""
+
+    num_layers: int
+    model: str
+    gpu: str
+    tp: int
+    pp: int
+    memory: MemoryModel
+    non_attention: Curve
+    all_reduce: Curve | None
+    link: Link
+    pp_link: Link
+    activation_bytes_per_token: float
+    kv_read_s_per_token: float  # one layer, this GPU's KV heads
+    prefill_attn_s_per_pair: float
+    query_bytes: float
+    result_bytes: float
+
+    @classmethod
+    def for_setting(cls, *, model: str, gpu: str, tp: int = 1, pp: int = 1, link="inter-node",
+                    pp_link=None, coefficients_path=None) -> "CalibratedPerfModel":
+        """`link`: where remote MicroAttention queries travel (see `resolve_link`); `pp_link` defaults
+        to intra-node when the instance fits in one node, else inter-node."""
+        spec = model_spec(model)
+        spec.check_parallelism(tp, pp)
+        doc = coefficients.load(coefficients_path)
+        where = str(coefficients_path or coefficients.DEFAULT_PATH)
+        hw = _hardware(doc, gpu, where)
+        per_tp = hw["non_attention_s"].get(model)
+        if per_tp is None:
+            raise InputError(f"{where} has no non-attention profile of {model} on {gpu}: "
+                             f"profiled {', '.join(sorted(hw['non_attention_s']))}")
+        if str(tp) not in per_tp:
+            raise InputError(f"{where} has no profile of {model} at tp={tp} on {gpu}: profiled tp "
+                             f"{', '.join(sorted(per_tp, key=int))}")
+        all_reduce = None
+        if tp > 1:
+            if str(tp) not in hw["all_reduce_s"]:
+                raise InputError(f"{where} has no all-reduce profile for {tp} GPUs on {gpu}")
+            all_reduce = Curve.from_json(hw["all_reduce_s"][str(tp)])
+        if pp_link is None:
+            pp_link = "intra-node" if tp * pp <= hw.get("gpus_per_node", 1) else "inter-node"
+        dtype = hw["dtype_bytes"]
+        memory = MemoryModel.for_setting(spec, tp=tp, pp=pp, dtype_bytes=dtype, mem_bytes=hw["mem_bytes"],
+                                         reserve_fraction=reserve_fraction())
+        memory.check_fits(f"{model} with tp={tp} pp={pp} on {gpu}")
+        attention = hw["attention"]
+        prefill_rate = attention.get("prefill_attn_flops_per_s")
+        kv_per_layer = 2 * spec.kv_heads_per_gpu(tp) * spec.head_dim * dtype
+        query = spec.hidden // tp * dtype
+        return cls(
+            num_layers=spec.num_layers, model=model, gpu=gpu, tp=tp, pp=pp, memory=memory,
+            non_attention=Curve.from_json(per_tp[str(tp)]), all_reduce=all_reduce,
+            link=resolve_link(hw, link, where), pp_link=resolve_link(hw, pp_link, where),
+            activation_bytes_per_token=spec.hidden * dtype,
+            kv_read_s_per_token=kv_per_layer / attention["kv_read_bytes_per_s"],
+            prefill_attn_s_per_pair=(4 * spec.hidden / tp / prefill_rate) if prefill_rate else 0.0,
+            query_bytes=query, result_bytes=query + spec.num_heads // tp * LSE_BYTES)
+
+    def layer_time_s(self, load: InstanceLoad) -> float:
+        tokens = load.batch_size + load.prefill_tokens
+        t = 0.0
+        if tokens:
+            t = self.non_attention(tokens)
+            if self.all_reduce is not None:
+                t += 2.0 * self.all_reduce(tokens * self.activation_bytes_per_token)
+            if self.pp > 1:
+                t += (self.pp - 1) * self.pp_link.time_s(tokens * self.activation_bytes_per_token) / self.num_layers
+        t += load.attn_kv_tokens * self.kv_read_s_per_token
+        if load.prefill_attn_pairs:
+            t += load.prefill_attn_pairs * self.prefill_attn_s_per_pair
+        n = load.num_remote_queries
+        if n:
+            t += self.link.time_s(n * self.query_bytes) + self.link.time_s(n * self.result_bytes)
+        return t
+
+    def kv_transfer_s(self, num_tokens: int) -> float:
+        """Moving `num_tokens` of KV (all layers) to another instance over `link`, GPU shards in parallel."""
+        return self.link.time_s(num_tokens * self.memory.kv_bytes_per_token_per_gpu)
