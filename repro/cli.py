@@ -8,6 +8,8 @@ from repro.lazy_group import LazyGroup
 COMMANDS = {
     "attention": "repro.commands.attention:attention",
     "bench": "repro.commands.bench:bench",
+    "calibrate": "repro.commands.calibrate:calibrate",
+    "profile": "repro.commands.profile:profile",
 }
 
 
