@@ -1,0 +1,66 @@
+"""L-Eval records -> (prompt, output) token counts: each instruction over a long input is one request,
+prompt = input + instruction, output = the reference answer. Format of L4NLP/LEval: records with
+"input" (str), "instructions" (list of str) and "outputs" (list of str)."""
+import json
+import os
+from collections.abc import Iterable
+
+from reference_impl.errors import InputError
+from workloads.sources import real
+from workloads.sources.hub import hub_reachable
+from workloads.sources.json_stream import iter_json_array
+from workloads.tokens import TokenCounter
+
+HUB_DATASET = "L4NLP/LEval"
+
+
+def lengths_from_records(name: str, records: Iterable, count: TokenCounter) -> real.RealLengths:
+    rows = []
+    for index, record in enumerate(records):
+        if not isinstance(record, dict) or not isinstance(record.get("input"), str):
+            continue
+        document_len = count(record["input"])
+        for k, (instruction, answer) in enumerate(zip(record.get("instructions") or [], record.get("outputs") or [])):
+            if isinstance(instruction, str) and isinstance(answer, str) and answer:
+                rows.append((f"{index}.{k}", document_len + count(instruction), count(answer)))
+    return real.build(name, rows)
+
+
+def load_file(path: str | os.PathLike, count: TokenCounter) -> real.RealLengths:
+    """L-Eval records from a local .jsonl (one per line) or .json (an array) file."""
+    name = f"leval-file:{os.path.basename(path)}"
+    try:
+        with open(path, encoding="utf-8") as fp:
+            if str(path).endswith(".jsonl"):
+                records = [_parse_line(line, path, n) for n, line in enumerate(fp, start=1) if line.strip()]
+            else:
+                records = iter_json_array(fp, name=str(path))
+            lengths = lengths_from_records(name, records, count)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such source file") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text") from None
+    if len(lengths) == 0:
+        raise InputError(f"{path}: no L-Eval record with input, instructions and outputs")
+    return lengths
+
+
+def _parse_line(line: str, path, lineno: int):
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:
+        raise InputError(f"{path}:{lineno}: not valid JSON") from None
+
+
+def load_hub(count: TokenCounter) -> real.RealLengths | None:
+    if not hub_reachable():
+        return None
+    try:
+        import datasets
+
+        records = []
+        for config in datasets.get_dataset_config_names(HUB_DATASET):
+            records.extend(datasets.load_dataset(HUB_DATASET, config, split="test"))
+        return lengths_from_records(f"hub:{HUB_DATASET}", records, count)
+    except Exception:  # any hub or format failure falls through to the fitted distribution
+        return None
