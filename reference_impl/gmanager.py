@@ -1,0 +1,134 @@
+"""gManager: the global request placement map, the debt ledger, creditor hints and the periodic round.
+
+Loosely coherent (infinite-llm 6.1, distkv-llm 4.4): it only knows what heartbeats told it. A round first
+recalls the blocks of debtors that have free space again, then runs Algorithm 1; DGFM is planned on the
+same map (dgfm.py). Its decisions are `MoveKVCache` messages for the requests' home rManagers.
+"""
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from reference_impl.algorithm1 import InstanceView, plan_moves
+from reference_impl.dgfm import plan_swap
+from reference_impl.perf_model import AnalyticPerfModel, PerfModel
+from reference_impl.protocol import Heartbeat, InstanceStatus, MoveKVCache, RequestPlacementEntry, Swap
+
+
+@dataclass(frozen=True, slots=True)
+class GManagerConfig:
+    block_size: int = 16  # tokens per rBlock, for the perf model
+    beta_thres: int = 16  # debtors: batch <= beta_thres
+    util_thres: float = 0.7  # creditors: memory utilisation <= U_thres
+    num_candidates: int = 3  # creditor recommendations per query (distkv-llm 4.4)
+    instances_per_node: int = 8  # locality: creditors on the debtor's node come first
+    dgfm_min_blocks: int = 1  # DGFM swaps a cycle only when its smallest debt is at least this
+
+
+class GManager:
+    def __init__(self, config: GManagerConfig | None = None, perf_model: PerfModel | None = None):
+        self.config = config or GManagerConfig()
+        self.perf_model = perf_model or AnalyticPerfModel()
+        self.entries: dict[tuple[int, int], RequestPlacementEntry] = {}
+        self.status: dict[int, InstanceStatus] = {}
+        self.frozen: set[int] = set()
+
+    def heartbeat(self, hb: Heartbeat) -> None:
+        if hb.full:
+            for key in [k for k in self.entries if k[1] == hb.inst_id]:
+                del self.entries[key]
+        for entry in hb.entries:
+            self.entries[(entry.req_id, entry.inst_id)] = entry
+        for req_id in hb.removed_req_ids:
+            self.entries.pop((req_id, hb.inst_id), None)
+        self.status[hb.inst_id] = hb.status
+
+    # --- derived views
+    def placement_map(self) -> dict[int, tuple[RequestPlacementEntry, ...]]:
+        by_req = defaultdict(list)
+        for entry in self.entries.values():
+            by_req[entry.req_id].append(entry)
+        return {r: tuple(sorted(es, key=lambda e: e.inst_id)) for r, es in sorted(by_req.items())}
+
+    def homes(self) -> dict[int, int]:
+        return {e.req_id: e.inst_id for e in self.entries.values() if e.local}
+
+    def ledger(self) -> dict[int, dict[int, int]]:
+        """Global debt ledger: creditor -> {debtor: rBlocks lent}, from the placement map."""
+        homes = self.homes()
+        ledger: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        for e in self.entries.values():
+            if not e.local and e.num_blocks and e.req_id in homes:
+                ledger[e.inst_id][homes[e.req_id]] += e.num_blocks
+        return {c: dict(d) for c, d in ledger.items()}
+
+    def views(self) -> dict[int, InstanceView]:
+        homes = self.homes()
+        views = {i: InstanceView(i, s.num_capacity_blocks, s.num_free_blocks, s.num_lendable_blocks,
+                                 s.batch_size, num_waiting=s.num_waiting, mean_waiting_blocks=s.mean_waiting_blocks)
+                 for i, s in self.status.items()}
+        for e in self.entries.values():
+            home = homes.get(e.req_id)
+            if e.inst_id in views:
+                views[e.inst_id].kv_blocks += e.num_blocks
+            if home is None or home not in views:
+                continue
+            hv = views[home]
+            hv.total_blocks_by_req[e.req_id] = hv.total_blocks_by_req.get(e.req_id, 0) + e.num_blocks
+            if e.local:
+                hv.local_blocks_by_req[e.req_id] = e.num_blocks
+            elif e.num_blocks:
+                hv.num_remote_queries += 1
+                hv.borrowed_blocks += e.num_blocks
+                hv.creditors_by_req.setdefault(e.req_id, set()).add(e.inst_id)
+                if e.inst_id in views:
+                    views[e.inst_id].lent_blocks += e.num_blocks
+        return views
+
+    # --- decisions
+    def recommend_creditors(self, debtor_inst: int, num_blocks: int) -> list[int]:
+        """Up to `num_candidates` creditors: same node first, then most lendable space; never a debtor."""
+        borrowers = {d for debts in self.ledger().values() for d in debts}
+        node = debtor_inst // self.config.instances_per_node
+        candidates = [s for i, s in self.status.items()
+                      if i != debtor_inst and i not in borrowers and s.num_lendable_blocks > 0]
+        candidates.sort(key=lambda s: (s.inst_id // self.config.instances_per_node != node,
+                                       s.num_lendable_blocks < num_blocks, -s.num_lendable_blocks, s.inst_id))
+        return [s.inst_id for s in candidates[: self.config.num_candidates]]
+
+    def plan_recalls(self, views: dict[int, InstanceView]) -> list[MoveKVCache]:
+        """Debtors with free space take their own blocks back first (infinite-llm 5.2)."""
+        moves = []
+        for view in views.values():
+            room = view.free_blocks
+            for req_id, total in sorted(view.total_blocks_by_req.items()):
+                remote = total - view.local_blocks_by_req.get(req_id, 0)
+                if room <= 0 or not remote or req_id in self.frozen:
+                    continue
+                n = min(room, remote)
+                moves.append(MoveKVCache(req_id, n, view.inst_id))
+                room -= n
+        return moves
+
+    def run_round(self) -> list[MoveKVCache]:
+        """One periodic round on the current map: recalls, then Algorithm 1."""
+        views = self.views()
+        recalls = self.plan_recalls(views)
+        homes = self.homes()
+        recalled = {homes[m.req_id] for m in recalls}
+        return recalls + plan_moves(views, self.perf_model, self.config.block_size, self.config.beta_thres,
+                                    self.config.util_thres, frozen=self.frozen, skip=recalled)
+
+    def plan_dgfm(self, rng: np.random.Generator) -> Swap | None:
+        """A DGFM swap on one debt cycle, its requests frozen until `swap_done`."""
+        placements = defaultdict(dict)
+        for e in self.entries.values():
+            if e.num_blocks and e.req_id not in self.frozen:
+                placements[e.req_id][e.inst_id] = e.num_blocks
+        swap = plan_swap(placements, self.homes(), self.config.dgfm_min_blocks, rng)
+        if swap is not None:
+            self.frozen |= {r for r, *_ in swap.recalls}
+        return swap
+
+    def swap_done(self, swap: Swap) -> None:
+        self.frozen -= {r for r, *_ in swap.recalls}
