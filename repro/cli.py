@@ -10,6 +10,7 @@ COMMANDS = {
     "bench": "repro.commands.bench:bench",
     "calibrate": "repro.commands.calibrate:calibrate",
     "profile": "repro.commands.profile:profile",
+    "workloads": "repro.commands.workloads:workloads",
 }
 
 

@@ -20,7 +20,8 @@ SOURCES = ("auto", "fitted")  # auto: real data where it can be had (file, hub, 
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     source: str = "auto"
-    source_file: str | None = None  # a local ShareGPT (traces 0-2) or L-Eval (trace 3) file
+    sharegpt_file: str | None = None  # local ShareGPT conversations for traces 0-2
+    leval_file: str | None = None  # local L-Eval records for trace 3
     tokenizer_path: str | None = None  # a local tokenizer.json; else a chars-per-token estimate
 
 
@@ -67,7 +68,8 @@ def real_source(trace_id: int, options: SourceOptions) -> RealLengths | None:
     kind = traces.REAL_KIND.get(trace_id)
     if kind is None or options.source == "fitted":
         return None
-    return _load_real(kind, options.source_file, options.tokenizer_path)
+    source_file = options.sharegpt_file if kind == "sharegpt" else options.leval_file
+    return _load_real(kind, source_file, options.tokenizer_path)
 
 
 @lru_cache(maxsize=8)
