@@ -30,11 +30,11 @@ def format_table(doc: dict) -> str:
                      f"{pct(r['median_rel_err']):>11}{pct(r['p90_rel_err']):>9}{pct(r['max_rel_err']):>9}")
     for gpu, hw in sorted(doc["hardware"].items()):
         att = hw["attention"]
-        line = f"{gpu}: attention KV read {att['kv_read_bytes_per_s'] / 1e12:.3f} TB/s"
+        line = f"{gpu}: attention KV read {att['kv_read_bytes_per_s'] / 1e9:.1f} GB/s"
         if "hbm_bytes_per_s" in hw:
             line += f" ({100 * att['kv_read_bytes_per_s'] / hw['hbm_bytes_per_s']:.0f}% of HBM peak)"
         if att.get("prefill_attn_flops_per_s"):
-            line += f", prefill attention {att['prefill_attn_flops_per_s'] / 1e12:.1f} TFLOP/s"
+            line += f", prefill attention {att['prefill_attn_flops_per_s'] / 1e12:.2f} TFLOP/s"
         if hw.get("memcpy_bytes_per_s"):
             line += f", memcpy {hw['memcpy_bytes_per_s'] / 1e9:.1f} GB/s"
         lines.append(line + f"  [{att.get('source', 'measured')}]")

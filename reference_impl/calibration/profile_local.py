@@ -1,0 +1,160 @@
+"""`repro profile`: measure the cost model's inputs on the machine at hand, in the calibration format.
+
+Non-attention: one LLaMA decoder layer's non-attention ops (norms, QKV, RoPE, O, gated MLP, residual)
+built in torch for the chosen model. Attention: KV bytes read per second by the project's own
+micro_attention (slope of time vs KV bytes over several context lengths). Prefill attention: causal
+scaled_dot_product_attention FLOPs per second. memcpy: tensor copies, used as the "intra-node" link
+(instances sharing this machine). There is one device here, so no all-reduce or inter-node link.
+"""
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from reference_impl.calibration.curve import fit_curve, round_sig
+from reference_impl.calibration.fit import FORMAT, NON_ATTENTION_MAX_REL_ERR, curve_entry
+from reference_impl.calibration.specs import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilePlan:
+    tokens: tuple[int, ...]
+    kv_lens: tuple[int, ...]
+    copy_bytes: tuple[int, ...]
+    prefill_tokens: int
+    repeats: int
+    num_seqs: int = 4
+    block_size: int = 16
+
+    @classmethod
+    def make(cls, quick: bool) -> "ProfilePlan":
+        if quick:
+            return cls(tokens=(1, 4, 16, 64), kv_lens=(256, 1024), copy_bytes=(1 << 12, 1 << 16, 1 << 20),
+                       prefill_tokens=128, repeats=3)
+        return cls(tokens=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024),
+                   kv_lens=(1024, 2048, 4096, 8192), copy_bytes=tuple(1 << k for k in range(12, 27, 2)),
+                   prefill_tokens=1024, repeats=7)
+
+
+MIN_SAMPLE_S = 2e-3  # calls are batched into samples of at least this long, above timer and scheduler noise
+
+
+def _timed_median_s(fn, device: torch.device, repeats: int) -> float:
+    """Median seconds per call of `fn` over `repeats` samples."""
+    def sample_s(calls: int) -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return (time.perf_counter() - start) / calls
+
+    calls = max(1, min(1000, int(MIN_SAMPLE_S / max(sample_s(1), 1e-7))))  # the first call also warms up
+    return float(np.median([sample_s(calls) for _ in range(repeats)]))
+
+
+def _rotate(x, cos, sin):
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def _layer_fn(spec: ModelSpec, tokens: int, device, dtype, gen):
+    """Closure running one decoder layer's non-attention ops on `tokens` tokens: x [tokens, hidden]."""
+    h, d, hq, hkv = spec.hidden, spec.head_dim, spec.num_heads, spec.num_kv_heads
+    w = lambda *shape: torch.randn(*shape, generator=gen, device="cpu").mul_(0.02).to(device, dtype)  # noqa: E731
+    w_qkv, w_o = w((hq + 2 * hkv) * d, h), w(h, hq * d)
+    w_gate_up, w_down = w(2 * spec.intermediate, h), w(h, spec.intermediate)
+    norm1, norm2 = torch.ones(h, device=device, dtype=dtype), torch.ones(h, device=device, dtype=dtype)
+    x = w(tokens, h)
+    angle = torch.arange(tokens, device=device)[:, None] * torch.arange(d, device=device)[None, :] * 1e-3
+    cos, sin = angle.cos().to(dtype)[:, None, :], angle.sin().to(dtype)[:, None, :]
+    attn_out = w(tokens, hq * d)  # stands in for the attention result, timed separately
+
+    def rms(v, g):
+        return v * torch.rsqrt(v.float().pow(2).mean(-1, keepdim=True) + 1e-5).to(v.dtype) * g
+
+    @torch.inference_mode()
+    def run():
+        qkv = torch.nn.functional.linear(rms(x, norm1), w_qkv)
+        q, k, _ = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+        _rotate(q.view(tokens, hq, d), cos, sin), _rotate(k.view(tokens, hkv, d), cos, sin)
+        y = x + torch.nn.functional.linear(attn_out, w_o)
+        gate, up = torch.nn.functional.linear(rms(y, norm2), w_gate_up).chunk(2, dim=-1)
+        return y + torch.nn.functional.linear(torch.nn.functional.silu(gate) * up, w_down)
+
+    return run
+
+
+def _kv_read_rate(spec: ModelSpec, plan: ProfilePlan, device, dtype, gen) -> float:
+    from reference_impl.kernels import micro_attention
+
+    rows = []
+    for kv_len in plan.kv_lens:
+        blocks_per_seq = -(-kv_len // plan.block_size)
+        num_blocks = plan.num_seqs * blocks_per_seq
+        shape = (num_blocks, plan.block_size, spec.num_kv_heads, spec.head_dim)
+        k = torch.randn(*shape, generator=gen).to(device, dtype)
+        v = torch.randn(*shape, generator=gen).to(device, dtype)
+        q = torch.randn(plan.num_seqs, spec.num_heads, spec.head_dim, generator=gen).to(device, dtype)
+        table = torch.arange(num_blocks, dtype=torch.int32, device=device).view(plan.num_seqs, blocks_per_seq)
+        lens = torch.full((plan.num_seqs,), kv_len, dtype=torch.int32, device=device)
+        run = lambda: micro_attention(q, k, v, table, lens, backend="torch", check_ranges=False)  # noqa: E731
+        kv_bytes = 2 * plan.num_seqs * kv_len * spec.num_kv_heads * spec.head_dim * k.element_size()
+        rows.append((kv_bytes, _timed_median_s(run, device, plan.repeats)))
+    kv_bytes, times = np.array(rows).T
+    slope = np.polyfit(kv_bytes, times, 1)[0] if len(rows) > 1 else 0.0
+    return float(1.0 / slope) if slope > 0 else float(kv_bytes[-1] / times[-1])
+
+
+def _prefill_attn_flops_per_s(spec: ModelSpec, plan: ProfilePlan, device, dtype, gen) -> float:
+    n = plan.prefill_tokens
+    q, k, v = (torch.randn(1, spec.num_heads, n, spec.head_dim, generator=gen).to(device, dtype) for _ in range(3))
+    run = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+    return 4 * spec.hidden * (n * (n + 1) // 2) / _timed_median_s(run, device, plan.repeats)
+
+
+def _memcpy(plan: ProfilePlan, device) -> tuple[list[int], list[float]]:
+    sizes, times = [], []
+    for size in plan.copy_bytes:
+        src = torch.empty(size, dtype=torch.uint8, device=device).fill_(1)
+        dst = torch.empty_like(src)
+        sizes.append(size)
+        times.append(_timed_median_s(lambda: dst.copy_(src), device, plan.repeats))
+    return sizes, times
+
+
+def _mem_bytes(device: torch.device) -> float:
+    if device.type == "cuda":
+        return float(torch.cuda.get_device_properties(device).total_memory)
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def profile(spec: ModelSpec, *, name: str, device: torch.device, dtype: torch.dtype, quick: bool, seed: int) -> dict:
+    """Measure everything the cost model needs for `spec` at tp=1 on `device`; returns the document."""
+    plan = ProfilePlan.make(quick)
+    gen = torch.Generator().manual_seed(seed)
+    times = [_timed_median_s(_layer_fn(spec, n, device, dtype, gen), device, plan.repeats) for n in plan.tokens]
+    sizes, copy_s = _memcpy(plan, device)
+    memcpy_rate = sizes[-1] / copy_s[-1]
+    source = f"repro profile on {name}"
+    hardware = {
+        "dtype_bytes": torch.empty(0, dtype=dtype).element_size(), "mem_bytes": _mem_bytes(device),
+        "gpus_per_node": 1, "memcpy_bytes_per_s": round_sig(memcpy_rate),
+        "non_attention_s": {spec.name: {"1": curve_entry(
+            fit_curve(plan.tokens, times, max_rel_err=NON_ATTENTION_MAX_REL_ERR), plan.tokens, times, source)}},
+        "all_reduce_s": {},
+        "send_recv_s": {"intra-node": curve_entry(fit_curve(sizes, copy_s, max_rel_err=0.0), sizes, copy_s, source)},
+        "attention": {"kv_read_bytes_per_s": round_sig(_kv_read_rate(spec, plan, device, dtype, gen)),
+                      "prefill_attn_flops_per_s": round_sig(_prefill_attn_flops_per_s(spec, plan, device, dtype, gen)),
+                      "source": source,
+                      "derivation": "slope of micro_attention (torch path) time vs KV bytes over context lengths "
+                                    f"{list(plan.kv_lens)}; causal SDPA at {plan.prefill_tokens} tokens"},
+    }
+    return {"format": FORMAT, "generated_by": "repro profile", "hardware": {name: hardware},
+            "profile": {"model": spec.name, "device": str(device), "dtype": str(dtype).removeprefix("torch."),
+                        "torch": torch.__version__, "threads": torch.get_num_threads(), "quick": quick,
+                        "seed": seed}}
