@@ -82,10 +82,12 @@ class CalibratedPerfModel:
     result_bytes: float
 
     @classmethod
-    def for_setting(cls, *, model: str, gpu: str, tp: int = 1, pp: int = 1, link="inter-node",
+    def for_setting(cls, *, model: str, gpu: str, tp: int = 1, pp: int = 1, link=None,
                     pp_link=None, coefficients_path=None) -> "CalibratedPerfModel":
-        """`link`: where remote MicroAttention queries travel (see `resolve_link`); `pp_link` defaults
-        to intra-node when the instance fits in one node, else inter-node."""
+        """`link`: where remote MicroAttention queries and KV moves travel (see `resolve_link`); default
+        inter-node where the calibration has it (with 8 GPUs a node, most instance pairs of a 32-GPU
+        cluster are in different nodes), else intra-node. `pp_link` defaults to intra-node when the
+        instance fits in one node, else inter-node."""
         spec = model_spec(model)
         spec.check_parallelism(tp, pp)
         doc = coefficients.load(coefficients_path)
@@ -103,6 +105,8 @@ class CalibratedPerfModel:
             if str(tp) not in hw["all_reduce_s"]:
                 raise InputError(f"{where} has no all-reduce profile for {tp} GPUs on {gpu}")
             all_reduce = Curve.from_json(hw["all_reduce_s"][str(tp)])
+        if link is None:
+            link = "inter-node" if "inter-node" in hw["send_recv_s"] else "intra-node"
         if pp_link is None:
             pp_link = "intra-node" if tp * pp <= hw.get("gpus_per_node", 1) else "inter-node"
         dtype = hw["dtype_bytes"]
