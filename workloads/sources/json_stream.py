@@ -27,25 +27,23 @@ def iter_json_array(fp: IO[str], *, limit: int | None = None, name: str = "input
             return
         try:
             item, end = _DECODER.raw_decode(buf, pos)
+            after = _skip_ws(buf, end)
         except json.JSONDecodeError:
+            after = None
+        if after is None or after == len(buf):
+            # Incomplete, or complete only if what follows is ',' or ']': read more, or stop at the cut.
             if at_eof:
-                return  # cut-off tail: the incomplete last element is dropped
+                return
             more = fp.read(_CHUNK_CHARS)
             at_eof = not more
             buf = buf[pos:] + more
             pos = 0
             continue
-        if end == len(buf) and not at_eof:
-            # A number or literal may continue in the next chunk: decode again with more text.
-            more = fp.read(_CHUNK_CHARS)
-            at_eof = not more
-            if more:
-                buf = buf[pos:] + more
-                pos = 0
-                continue
+        if buf[after] not in ",]":
+            raise InputError(f"{name}: malformed JSON array after element {count}")
         yield item
         count += 1
-        pos = end
+        pos = after
 
 
 def _skip_ws(buf: str, pos: int) -> int:
