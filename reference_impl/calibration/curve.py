@@ -61,6 +61,17 @@ def fit_curve(xs, ys, *, max_rel_err: float) -> Curve:
         chosen = sorted(set(chosen) | {worst})
 
 
+def isotonic(ys, weights) -> list[float]:
+    """Weighted least-squares non-decreasing fit (pool adjacent violators)."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for y, w in zip(ys, weights):
+        blocks.append([float(y), float(w), 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m1, w1, n1), (m2, w2, n2) = blocks.pop(-2), blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    return [m for m, _, n in blocks for _ in range(n)]
+
+
 def relative_errors(curve: Curve, xs, ys) -> np.ndarray:
     ys = np.asarray(ys, dtype=float)
     return np.abs(np.array([curve(x) for x in xs]) - ys) / ys

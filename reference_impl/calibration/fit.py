@@ -2,7 +2,8 @@
 
 Non-attention time per layer: greedy knots through the per-token-count medians (the rows have real
 steps from GEMM tiling, so a smooth law would miss them). Collectives: medians in half-octave bins of
-message size (the rows are noisy at small sizes; a bin median ignores single outliers). Attention: KV
+message size (the rows are noisy and bimodal at small sizes; a bin median ignores single outliers), made
+non-decreasing by isotonic regression (more bytes never take less time; an optimiser must not find a dip). Attention: KV
 bytes over the rate implied by DistServe's decode slope (see `_measured_attention`).
 """
 import hashlib
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from reference_impl.calibration import readers
-from reference_impl.calibration.curve import Curve, fit_curve, relative_errors, round_sig
+from reference_impl.calibration.curve import Curve, fit_curve, isotonic, relative_errors, round_sig
 from reference_impl.calibration.specs import gpu_entry, gpu_names, model_entry, model_names, model_spec
 from reference_impl.errors import InputError
 
@@ -25,9 +26,9 @@ SEND_RECV_LINKS = {1: "inter-node", 2: "intra-node"}  # devices_per_node of a 2-
 def binned_curve(xs, ys, bins_per_octave: int = NETWORK_BINS_PER_OCTAVE) -> Curve:
     xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
     bins = np.floor(np.log2(xs) * bins_per_octave + 1e-9)
-    knots = [(float(np.median(xs[bins == b])), round_sig(float(np.median(ys[bins == b]))))
-             for b in np.unique(bins)]
-    return Curve(tuple(x for x, _ in knots), tuple(y for _, y in knots))
+    members = [bins == b for b in np.unique(bins)]
+    knots_y = isotonic([np.median(ys[m]) for m in members], [m.sum() for m in members])
+    return Curve(tuple(float(np.median(xs[m])) for m in members), tuple(round_sig(y) for y in knots_y))
 
 
 def curve_entry(curve: Curve, xs, ys, source: str) -> dict:
@@ -159,5 +160,5 @@ def calibrate(profiles_dir) -> dict:
     return {"format": FORMAT, "generated_by": "repro calibrate", "hardware": hardware,
             "files_sha256": dict(sorted(files.items())), "sources": sources,
             "fit": {"non_attention": f"greedy knots through per-token medians, max rel err {NON_ATTENTION_MAX_REL_ERR}",
-                    "network": f"medians in 1/{NETWORK_BINS_PER_OCTAVE}-octave bins of message bytes",
+                    "network": f"medians in 1/{NETWORK_BINS_PER_OCTAVE}-octave bins of message bytes, isotonic",
                     "spec_source": "reference_impl/calibration/specs.json"}}
