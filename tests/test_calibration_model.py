@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from reference_impl.calibration import CalibratedPerfModel, Link, MemoryModel
+from reference_impl.calibration.coefficients import DEFAULT_PATH
 from reference_impl.calibration.specs import model_spec
 from reference_impl.errors import InputError
 from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s, throughput_tok_s
@@ -38,7 +39,7 @@ def test_layer_time_grows_with_work(name, tp):
 
 def test_attention_term_is_kv_bytes_over_the_measured_rate():
     m = model_for("llama2-7b")
-    doc = json.loads(Path("reference_impl/calibration/data/vidur_distserve.json").read_text())
+    doc = json.loads(DEFAULT_PATH.read_text())
     rate = doc["hardware"][A100]["attention"]["kv_read_bytes_per_s"]
     extra = m.layer_time_s(InstanceLoad(4, 200_000)) - m.layer_time_s(InstanceLoad(4, 100_000))
     assert extra == pytest.approx(100_000 * 2 * 4096 * 2 / rate, rel=1e-9)

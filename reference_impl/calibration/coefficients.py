@@ -23,12 +23,17 @@ def dumps(doc: dict) -> str:
                           text) + "\n"
 
 
-def write_atomic(path, text: str) -> None:
+def check_out_path(path) -> Path:
     path = Path(path)
-    if path.exists() and path.is_dir():
+    if path.is_dir():
         raise InputError(f"--out {path} is a folder; give a file name")
     if not path.parent.is_dir():
         raise InputError(f"folder {path.parent} does not exist")
+    return path
+
+
+def write_atomic(path, text: str) -> None:
+    path = check_out_path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:

@@ -11,10 +11,11 @@ import click
                    "reference_impl/calibration/data/vidur_distserve.json).")
 def calibrate(profiles, out):
     """Fit the cost model's coefficients to real A100/H100 profiles and print the fit error per curve."""
-    from reference_impl.calibration.coefficients import dumps, validate, write_atomic
+    from reference_impl.calibration.coefficients import check_out_path, dumps, validate, write_atomic
     from reference_impl.calibration.fit import calibrate as fit_profiles
     from reference_impl.calibration.report import format_table
 
+    check_out_path(out)
     doc = validate(fit_profiles(profiles), "the fitted document")
     write_atomic(out, dumps(doc))
     click.echo(format_table(doc))

@@ -22,12 +22,13 @@ def profile(out, model, name, device, dtype, threads, quick, seed):
     """Measure the cost model's inputs on this machine and write them in the calibration format."""
     import torch
 
-    from reference_impl.calibration.coefficients import dumps, validate, write_atomic
+    from reference_impl.calibration.coefficients import check_out_path, dumps, validate, write_atomic
     from reference_impl.calibration.profile_local import profile as measure
     from reference_impl.calibration.report import format_table
     from reference_impl.calibration.specs import model_spec
     from reference_impl.errors import InputError
 
+    check_out_path(out)
     try:
         dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         torch.empty(1, device=dev)
