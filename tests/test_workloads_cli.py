@@ -94,3 +94,16 @@ def test_hub_guard_is_fast_when_offline_or_unreachable(monkeypatch):
     assert not hub.endpoint_reachable(f"http://127.0.0.1:{port}")  # closed now
     assert not hub.endpoint_reachable("http://name.invalid:443")
     assert time.perf_counter() - start < 3.0
+
+
+def test_check_summarises_a_file_and_rejects_bad_ones(tmp_path, capsys):
+    path = tmp_path / "w.jsonl"
+    assert run(["workloads", "generate", "--trace", "2", "--num-requests", "30", "--rate", "3", "--out", str(path)],
+               capsys)[0] == 0
+    code, out, _ = run(["workloads", "check", str(path)], capsys)
+    assert code == 0 and "30 requests" in out
+    path.write_text(path.read_text()[:-10])
+    code, _, err = run(["workloads", "check", str(path)], capsys)
+    assert code == 2 and "truncated" in err and err.count("\n") == 1
+    code, _, err = run(["workloads", "check", str(tmp_path / "missing.jsonl")], capsys)
+    assert code == 2 and "no such workload file" in err

@@ -5,7 +5,7 @@ import pytest
 
 from reference_impl.errors import InputError
 from workloads import traces
-from workloads.generate import SourceOptions, generate
+from workloads.generate import SourceOptions, generate, real_source
 from workloads.paper_tables import TRACES
 from workloads.sources import json_stream
 from workloads.stats import AVG_TOLERANCE, SD_TOLERANCE, context_lens
@@ -109,7 +109,7 @@ def test_real_leval_file_path(tmp_path):
     assert ctx.min() >= 10_000 and ctx.max() <= TRACES[3].max_len
     assert {r.output_len for r in requests} <= {20, 1}
     assert all(r.source.startswith("leval-file:leval.jsonl:") for r in requests)
-    assert "leval-file" in traces.method(3, generate.__globals__["real_source"](3, SourceOptions(leval_file=str(path))))
+    assert "leval-file" in traces.method(3, real_source(3, SourceOptions(leval_file=str(path))))
 
 
 def test_real_package_path_when_installed():

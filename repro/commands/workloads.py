@@ -7,9 +7,9 @@ import click
 from reference_impl.errors import InputError
 from workloads import datasets, traces
 from workloads.generate import SOURCES, SourceOptions, check_dataset_id, check_trace_id, generate, real_source
-from workloads.io import save_jsonl
+from workloads.io import load_jsonl, save_jsonl
 from workloads.paper_tables import DATASETS, DATASETS_SOURCE, TRACES, TRACES_SOURCE
-from workloads.stats import dataset_stats, trace_stats
+from workloads.stats import context_lens, dataset_stats, trace_stats
 from workloads.tokens import make_token_counter
 
 
@@ -105,3 +105,18 @@ def stats(num_requests, seed, as_json, source, sharegpt_file, leval_file, tokeni
     for r in dataset_rows:
         click.echo(f"{r.dataset_id:>7} {r.model:>10} {r.num_gpus:>4} {r.long_ratio:>5.0%} {r.measured_long_ratio:>8.1%} "
                    f"{r.min_len:>7} {r.max_len:>8} {'yes' if r.is_within_ranges else 'NO':>9}")
+
+
+@workloads.command("check")
+@click.argument("path", type=click.Path(dir_okay=False))
+def check(path):
+    """Load a workload JSONL file, validate every line, and summarise it."""
+    requests = load_jsonl(path)
+    if not requests:
+        raise InputError(f"{path}: no requests")
+    ctx = context_lens(requests)
+    span_s = max(r.arrival_s for r in requests) - min(r.arrival_s for r in requests)
+    rate = f"{(len(requests) - 1) / span_s:.3g}/s" if span_s > 0 else "all at once"
+    click.echo(f"{path}: {len(requests)} requests, context min {ctx.min()} max {ctx.max()} avg {ctx.mean():.0f} "
+               f"sd {ctx.std():.0f}, prompt tokens {sum(r.prompt_len for r in requests)}, "
+               f"output tokens {sum(r.output_len for r in requests)}, arrival rate {rate}")
