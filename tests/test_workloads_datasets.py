@@ -33,3 +33,23 @@ def test_dataset_seeds():
     a = generate(dataset_id=13, num_requests=100, rate_per_s=1.0, seed=4)
     assert a == generate(dataset_id=13, num_requests=100, rate_per_s=1.0, seed=4)
     assert a != generate(dataset_id=13, num_requests=100, rate_per_s=1.0, seed=5)
+
+
+def test_copied_tables_match_the_shared_claims():
+    import json
+    from pathlib import Path
+
+    from workloads.paper_tables import TRACES
+
+    claims_path = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "paper" / "claims.json"
+    if not claims_path.is_file():
+        pytest.skip("shared/data/paper/claims.json is not beside this checkout")
+    claims = json.loads(claims_path.read_text())
+    assert [list(r) for r in claims["traces"]["rows"]] == [
+        [t.trace_id, t.group, t.min_len, t.max_len, t.avg_len, t.sd_len, t.origin] for t in TRACES.values()]
+    ratios = [r / 100 for r in claims["datasets"]["long_ratios_percent"]]
+    for model, gpus, ids, normal, long in claims["datasets"]["rows"]:
+        for dataset_id, ratio in zip(ids, ratios):
+            row = DATASETS[dataset_id]
+            assert (row.model, row.num_gpus, list(row.normal_range), list(row.long_range), row.long_ratio) == (
+                model, gpus, normal, long, ratio)
