@@ -1,0 +1,1 @@
+"""Micro-benchmarks that measure this machine, each framed against a limit measured or specified beside it."""
