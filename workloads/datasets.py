@@ -1,6 +1,6 @@
 """Datasets 1-18 of distkv-llm Table 2: per (model, GPUs) row, normal and long context ranges, with
 1 %, 10 % or 30 % long requests. Table 2 gives only ranges and ratios, so (assumptions): lengths are
-uniform within each range, both ends included; the long count is ratio * n rounded at random (exactly
+uniform within each range (a long one strictly above the normal range's end); the long count is ratio * n rounded at random (exactly
 10, 100 or 300 of 1000), at random positions; output lengths as for long traces (traces.py)."""
 import numpy as np
 
@@ -21,7 +21,8 @@ def sample_dataset(dataset_id: int, n: int, rng: np.random.Generator) -> LengthB
     is_long[rng.choice(n, size=num_long, replace=False)] = True
     normal_lo = max(row.normal_range[0], lengths.MIN_CONTEXT_LEN)
     ctx = rng.integers(normal_lo, row.normal_range[1], size=n, endpoint=True)
-    ctx[is_long] = rng.integers(row.long_range[0], row.long_range[1], size=num_long, endpoint=True)
+    # The ranges share their boundary; a long request is strictly above the normal range.
+    ctx[is_long] = rng.integers(row.normal_range[1] + 1, row.long_range[1], size=num_long, endpoint=True)
     prompt, output = lengths.split_by_reply(ctx, rng)
     labels = np.where(is_long, f"fitted:dataset-{dataset_id}-long", f"fitted:dataset-{dataset_id}-normal")
     return LengthBatch(prompt, output, labels.tolist())
