@@ -212,17 +212,19 @@ class RManager:
         """Move up to `max_blocks` blocks of the pending moves (one chunk); returns the number moved."""
         budget = max_blocks
         pairs = []
+        moved = set()  # (req_id, index): a block moves at most once per chunk, so copies never chain
         for move in list(self.moves):
-            candidates = self._movable(move.req_id, move.dst_inst)
+            candidates = [i for i in self._movable(move.req_id, move.dst_inst) if (move.req_id, i) not in moved]
             while budget and move.num_blocks and candidates:
                 index = candidates.pop(0)
+                moved.add((move.req_id, index))
                 src = self.tables[move.req_id][index]
                 dst = self.peers[move.dst_inst].take_reserved(move.req_id)
                 pairs.append((src, dst))
                 self.tables[move.req_id][index] = dst
                 move.num_blocks -= 1
                 budget -= 1
-            if not move.num_blocks or not candidates:
+            if not move.num_blocks or not self._movable(move.req_id, move.dst_inst):
                 self.peers[move.dst_inst].cancel_reservation(move.req_id, move.num_blocks)
                 self.moves.remove(move)
         if pairs:

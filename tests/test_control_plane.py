@@ -29,6 +29,31 @@ def no_copy(pairs):
     pass
 
 
+class FakeKV:
+    """Block contents: each rBlock holds (req_id, logical index); copies read every source first."""
+
+    def __init__(self):
+        self.content = {}
+        self.lengths = {}
+
+    def copy(self, pairs):
+        staged = [(dst, self.content.get((src.inst_id, src.device, src.address))) for src, dst in pairs]
+        for dst, data in staged:
+            self.content[(dst.inst_id, dst.device, dst.address)] = data
+
+    def check_and_write(self, rms):
+        tables = {r: t for rm in rms for r, t in rm.tables.items()}
+        for req_id, table in tables.items():
+            known = self.lengths.get(req_id, 0)
+            for i, b in enumerate(table):
+                key = (b.inst_id, b.device, b.address)
+                if i < known:
+                    assert self.content.get(key) == (req_id, i), "KV lost or corrupted by a move"
+                else:
+                    self.content[key] = (req_id, i)
+        self.lengths = {r: len(t) for r, t in tables.items()}
+
+
 def check_invariants(rms):
     owners = Counter()
     for rm in rms:
@@ -77,6 +102,7 @@ def test_random_protocol_keeps_invariants(ops, blocks, cap, seed):
 
     rms, gm = make_cluster(blocks, cap)
     rng = np.random.default_rng(seed)
+    kv = FakeKV()
     next_req = 0
     for op, a, b in ops:
         live = sorted((r, rm) for rm in rms for r in rm.tables)
@@ -102,7 +128,7 @@ def test_random_protocol_keeps_invariants(ops, blocks, cap, seed):
                     assert rms[dst].num_free < free_before
         elif op == "advance":
             for rm in rms:
-                rm.advance_moves(no_copy, max(1, b))
+                rm.advance_moves(kv.copy, max(1, b))
         elif op == "heartbeat":
             send_heartbeats(rms, gm)
         elif op == "restart":
@@ -122,11 +148,12 @@ def test_random_protocol_keeps_invariants(ops, blocks, cap, seed):
             swap = gm.plan_dgfm(rng)
             if swap is not None:
                 used = [rm.pool.num_used for rm in rms]
-                execute_swap(swap, rms, no_copy)
+                execute_swap(swap, rms, kv.copy)
                 gm.swap_done(swap)
                 assert [rm.pool.num_used for rm in rms] == used
             assert counts == {r: len(t) for rm in rms for r, t in rm.tables.items()}
         check_invariants(rms)
+        kv.check_and_write(rms)
     send_heartbeats(rms, gm)
     assert gm.ledger() == true_ledger(rms)
     expected = {r: tuple(sorted((e for rm in rms for e in rm.entries() if e.req_id == r), key=lambda e: e.inst_id))
@@ -149,4 +176,21 @@ def test_refused_move_when_destination_short():
     assert not rms[2].move_kvcache(2, 1, 1)  # instance 1's cap is taken by the first reservation (FCFS)
     assert rms[0].advance_moves(no_copy, 1) == 1 and rms[0].advance_moves(no_copy, 5) == 1
     assert [b.inst_id for b in rms[0].tables[1]] == [1, 1, 0, 0]
+    check_invariants(rms)
+
+
+def test_recall_and_move_out_in_one_chunk_do_not_chain_copies():
+    rms, gm = make_cluster([4, 4, 4], cap=4)
+    kv = FakeKV()
+    assert rms[0].alloc_prompt(1, 3)
+    kv.check_and_write(rms)
+    assert rms[0].move_kvcache(1, 1, 1)
+    rms[0].advance_moves(kv.copy, 4)
+    assert rms[0].append_block(1) is not None  # takes the freed address, so the recall lands on a fresh one
+    kv.check_and_write(rms)
+    assert rms[0].move_kvcache(1, 1, 0)  # recall the block on instance 1 ...
+    assert rms[0].move_kvcache(1, 2, 2)  # ... while pushing local ones to instance 2
+    while rms[0].moves:
+        rms[0].advance_moves(kv.copy, 4)
+    kv.check_and_write(rms)
     check_invariants(rms)

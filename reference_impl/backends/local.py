@@ -1,0 +1,92 @@
+"""Local backend: N instances in one process, each with its own rBlock budget, real tensors and kernels."""
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from reference_impl.engine import Engine, EngineConfig
+from reference_impl.errors import InputError
+from reference_impl.kv_layer import StepKV
+from reference_impl.model import LlamaModel
+from reference_impl.rblock import CPU, DEVICE
+from reference_impl.sequence import Sequence
+
+
+class LocalBackend:
+    def __init__(self, model: LlamaModel, config: EngineConfig, device="cpu", record_logits: bool = False):
+        c = model.config
+        self.model = model
+        self.device = torch.device(device)
+        self.record_logits = record_logits
+        self.block_size = config.block_size
+        self.caches = {}
+        for inst in range(config.num_instances):
+            for tier, n in ((DEVICE, config.blocks_per_instance), (CPU, config.cpu_blocks_per_instance)):
+                shape = (c.num_layers, n, config.block_size, c.num_kv_heads, c.head_dim)
+                self.caches[(inst, tier)] = (torch.zeros(shape, dtype=model.dtype, device=self.device),
+                                             torch.zeros(shape, dtype=model.dtype, device=self.device))
+        self.step_times_s: list[float] = []
+
+    def copy_blocks(self, pairs) -> None:
+        staged = [(dst, self.caches[(src.inst_id, src.device)][0][:, src.address].clone(),
+                   self.caches[(src.inst_id, src.device)][1][:, src.address].clone()) for src, dst in pairs]
+        for dst, k, v in staged:
+            k_cache, v_cache = self.caches[(dst.inst_id, dst.device)]
+            k_cache[:, dst.address] = k
+            v_cache[:, dst.address] = v
+
+    @torch.inference_mode()
+    def execute(self, instance, seqs: list[Sequence], is_prefill: bool) -> list[int]:
+        t0 = time.perf_counter()
+        tables = [instance.rm.tables[s.req_id] for s in seqs]
+        num_tokens = [s.num_tokens for s in seqs]
+        num_new = num_tokens if is_prefill else [1] * len(seqs)
+        ids = [t for s in seqs for t in (s.token_ids if is_prefill else s.token_ids[-1:])]
+        positions = [p for n, new in zip(num_tokens, num_new) for p in range(n - new, n)]
+        kv = StepKV(self.caches, tables, num_tokens, num_new, self.block_size, is_prefill, self.device)
+        hidden = self.model.forward(torch.tensor(ids, device=self.device), torch.tensor(positions, device=self.device),
+                                    kv.attend)
+        last = torch.tensor(num_new, device=self.device).cumsum(0) - 1
+        logits = self.model.logits(hidden[last])
+        token_ids = logits.argmax(-1).tolist()
+        if self.record_logits:
+            for seq, row in zip(seqs, logits):
+                seq.logits.append(row.cpu())
+        self.step_times_s.append(time.perf_counter() - t0)
+        return token_ids
+
+
+@dataclass(slots=True)
+class GenerationResult:
+    token_ids: list[list[int]]
+    placement: list[dict[int, int]]  # per request: inst_id -> rBlocks when it finished
+    logits: list[list[torch.Tensor]] = field(default_factory=list)
+    num_steps: int = 0
+    num_preemptions: int = 0
+
+
+def check_prompts(model: LlamaModel, prompts: list[list[int]]) -> None:
+    vocab = model.config.vocab_size
+    for i, prompt in enumerate(prompts):
+        if not prompt:
+            raise InputError(f"prompt {i} is empty")
+        bad = [t for t in prompt if not 0 <= t < vocab]
+        if bad:
+            raise InputError(f"prompt {i} has token id {bad[0]} outside the vocabulary [0, {vocab})")
+
+
+def generate(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int, config: EngineConfig, *,
+             ignore_eos: bool = False, record_logits: bool = False, on_step=None) -> GenerationResult:
+    """Greedy generation of every prompt on a local cluster; `on_step(engine)` runs after each step."""
+    check_prompts(model, prompts)
+    if max_new_tokens < 1:
+        raise InputError("--max-new-tokens must be >= 1")
+    backend = LocalBackend(model, config, record_logits=record_logits)
+    engine = Engine(config, backend)
+    eos = None if ignore_eos else model.config.eos_token_id
+    seqs = [Sequence(i, list(p), max_new_tokens, eos) for i, p in enumerate(prompts)]
+    for seq in seqs:
+        engine.add_request(seq)
+    engine.run(on_step=on_step)
+    return GenerationResult([s.output_ids for s in seqs], [s.placement for s in seqs],
+                            [s.logits for s in seqs], engine.num_steps, sum(s.num_preemptions for s in seqs))

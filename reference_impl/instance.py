@@ -1,0 +1,49 @@
+"""One model replica: schedule -> execute -> postprocess, plus its share of KV movement per step.
+
+How long a step takes and where tensors live is the backend's business (`Backend`): the local backend runs
+the model on real tensors, the simulator only advances a clock. The control plane here is the same for both.
+"""
+from typing import Protocol
+
+from reference_impl.protocol import InstanceStatus
+from reference_impl.rblock import RBlock
+from reference_impl.rmanager import RManager
+from reference_impl.scheduler import Scheduler
+from reference_impl.sequence import Sequence
+
+
+class Backend(Protocol):
+    def execute(self, instance: "Instance", seqs: list[Sequence], is_prefill: bool) -> list[int]:
+        """Run one step of `seqs` on `instance` (KV tables in instance.rm.tables); the next token of each."""
+
+    def copy_blocks(self, pairs: list[tuple[RBlock, RBlock]]) -> None:
+        """Copy KV of every source rBlock to its destination, reading all sources before writing."""
+
+
+class Instance:
+    def __init__(self, rmanager: RManager, scheduler: Scheduler, move_chunk_blocks: int):
+        self.rm = rmanager
+        self.scheduler = scheduler
+        self.move_chunk_blocks = move_chunk_blocks
+
+    @property
+    def inst_id(self) -> int:
+        return self.rm.inst_id
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.scheduler.waiting or self.scheduler.running)
+
+    def status(self) -> InstanceStatus:
+        s = self.scheduler
+        return InstanceStatus(self.inst_id, self.rm.pool.num_capacity, self.rm.num_free, self.rm.num_lendable,
+                              len(s.running), len(s.waiting), s.mean_waiting_blocks())
+
+    def step(self, backend: Backend) -> list[Sequence]:
+        """Move one chunk of pending KV, then one engine step; returns the requests that finished."""
+        self.rm.advance_moves(backend.copy_blocks, self.move_chunk_blocks)
+        seqs, is_prefill = self.scheduler.schedule()
+        if not seqs:
+            return []
+        token_ids = backend.execute(self, seqs, is_prefill)
+        return self.scheduler.postprocess(seqs, token_ids)

@@ -1,0 +1,203 @@
+"""LLaMA-family decoder (RMSNorm, RoPE, SwiGLU; MHA, GQA, MQA) whose attention is a call into the KV layer.
+
+Tokens of a step are flattened: `forward(input_ids [T], positions [T], attend)` where
+`attend(layer, q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, D]) -> [T, Hq, D]` stores K/V in rBlocks and computes
+attention wherever they live. Loads a Hugging Face LLaMA folder (config.json + *.safetensors) or builds the
+`tiny` preset from a seed.
+"""
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from reference_impl.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    vocab_size: int = 512
+    hidden_size: int = 128
+    intermediate_size: int = 344
+    num_layers: int = 4
+    num_heads: int = 8
+    num_kv_heads: int = 2
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    tie_word_embeddings: bool = False
+    eos_token_id: int | None = None
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise InputError(f"unsupported head layout: hidden {self.hidden_size}, {self.num_heads} heads, "
+                             f"{self.num_kv_heads} KV heads (need hidden % heads == 0 and heads % kv_heads == 0)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+
+TINY = ModelConfig()
+SUPPORTED_ARCHS = ("LlamaForCausalLM",)
+
+
+def config_from_hf(cfg: dict) -> ModelConfig:
+    """ModelConfig from a Hugging Face config.json dict; InputError on what this model does not implement."""
+    arch = (cfg.get("architectures") or ["?"])[0]
+    problems = []
+    if cfg.get("model_type") != "llama" or arch not in SUPPORTED_ARCHS:
+        problems.append(f"model_type {cfg.get('model_type')!r} / {arch} (only llama / LlamaForCausalLM)")
+    if cfg.get("hidden_act", "silu") != "silu":
+        problems.append(f"hidden_act {cfg.get('hidden_act')!r}")
+    if cfg.get("rope_scaling"):
+        problems.append("rope_scaling")
+    if cfg.get("attention_bias") or cfg.get("mlp_bias"):
+        problems.append("attention/MLP bias")
+    heads = cfg.get("num_attention_heads", 0)
+    if cfg.get("head_dim") not in (None, cfg.get("hidden_size", 0) // max(heads, 1)):
+        problems.append("head_dim != hidden_size / num_attention_heads")
+    if problems:
+        raise InputError(f"unsupported model config: {'; '.join(problems)}")
+    eos = cfg.get("eos_token_id")
+    return ModelConfig(
+        vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"], intermediate_size=cfg["intermediate_size"],
+        num_layers=cfg["num_hidden_layers"], num_heads=heads,
+        num_kv_heads=cfg.get("num_key_value_heads") or heads, rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
+        rope_theta=cfg.get("rope_theta", 10000.0), tie_word_embeddings=cfg.get("tie_word_embeddings", False),
+        eos_token_id=eos[0] if isinstance(eos, list) else eos)
+
+
+def rms_norm(x, weight, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+
+
+def apply_rope(x, cos, sin):
+    """x [T, H, D]; cos, sin [T, D] (the rotate-half layout of Hugging Face LLaMA)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return (x * cos[:, None, :] + rotated * sin[:, None, :]).to(x.dtype)
+
+
+class LlamaModel:
+    def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor]):
+        self.config = config
+        self.w = weights
+        d = config.head_dim
+        self.inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+
+    @property
+    def dtype(self):
+        return self.w["model.embed_tokens.weight"].dtype
+
+    def rope(self, positions):
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+
+    @torch.inference_mode()
+    def forward(self, input_ids, positions, attend):
+        """input_ids, positions [T] -> hidden states [T, hidden] after the final norm."""
+        c, w = self.config, self.w
+        x = w["model.embed_tokens.weight"][input_ids]
+        cos, sin = self.rope(positions)
+        num_tokens = input_ids.shape[0]
+        for i in range(c.num_layers):
+            p = f"model.layers.{i}."
+            h = rms_norm(x, w[p + "input_layernorm.weight"], c.rms_norm_eps)
+            q = (h @ w[p + "self_attn.q_proj.weight"].T).view(num_tokens, c.num_heads, c.head_dim)
+            k = (h @ w[p + "self_attn.k_proj.weight"].T).view(num_tokens, c.num_kv_heads, c.head_dim)
+            v = (h @ w[p + "self_attn.v_proj.weight"].T).view(num_tokens, c.num_kv_heads, c.head_dim)
+            attn = attend(i, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
+            x = x + attn.reshape(num_tokens, -1) @ w[p + "self_attn.o_proj.weight"].T
+            h = rms_norm(x, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
+            gate = F.silu(h @ w[p + "mlp.gate_proj.weight"].T)
+            x = x + (gate * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+        return rms_norm(x, w["model.norm.weight"], c.rms_norm_eps)
+
+    def logits(self, hidden):
+        head = self.w.get("lm_head.weight", self.w["model.embed_tokens.weight"])
+        return (hidden @ head.T).float()
+
+
+def weight_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    kv = c.num_kv_heads * c.head_dim
+    shapes = {"model.embed_tokens.weight": (c.vocab_size, c.hidden_size), "model.norm.weight": (c.hidden_size,)}
+    if not c.tie_word_embeddings:
+        shapes["lm_head.weight"] = (c.vocab_size, c.hidden_size)
+    for i in range(c.num_layers):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (c.hidden_size,), p + "post_attention_layernorm.weight": (c.hidden_size,),
+            p + "self_attn.q_proj.weight": (c.hidden_size, c.hidden_size),
+            p + "self_attn.k_proj.weight": (kv, c.hidden_size), p + "self_attn.v_proj.weight": (kv, c.hidden_size),
+            p + "self_attn.o_proj.weight": (c.hidden_size, c.hidden_size),
+            p + "mlp.gate_proj.weight": (c.intermediate_size, c.hidden_size),
+            p + "mlp.up_proj.weight": (c.intermediate_size, c.hidden_size),
+            p + "mlp.down_proj.weight": (c.hidden_size, c.intermediate_size)})
+    return shapes
+
+
+def random_model(config: ModelConfig = TINY, seed: int = 0, dtype=torch.float32) -> LlamaModel:
+    """Random weights from `seed` (norm weights near 1, matrices ~ N(0, 0.02) like HF's init)."""
+    gen = torch.Generator().manual_seed(seed)
+    weights = {}
+    for name, shape in weight_shapes(config).items():
+        if len(shape) == 1:
+            weights[name] = 1.0 + 0.1 * torch.randn(shape, generator=gen)
+        else:
+            weights[name] = 0.02 * torch.randn(shape, generator=gen)
+    return LlamaModel(config, {k: v.to(dtype) for k, v in weights.items()})
+
+
+def load_model(path: str | Path, dtype=torch.float32) -> LlamaModel:
+    """A Hugging Face LLaMA checkpoint from a local folder (config.json and *.safetensors)."""
+    folder = Path(path)
+    if not (folder / "config.json").is_file():
+        raise InputError(f"model folder {str(folder)!r} has no config.json; pass a Hugging Face LLaMA folder or 'tiny'")
+    try:
+        raw = json.loads((folder / "config.json").read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{folder / 'config.json'} is not valid JSON ({exc.msg})") from None
+    config = config_from_hf(raw)
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise InputError(f"model folder {str(folder)!r} has no *.safetensors weights")
+    from safetensors.torch import load_file
+
+    weights = {}
+    for f in files:
+        weights.update(load_file(str(f)))
+    weights = {k: v for k, v in weights.items() if not k.endswith("rotary_emb.inv_freq")}
+    expected = weight_shapes(config)
+    missing = sorted(set(expected) - set(weights))
+    if missing:
+        raise InputError(f"checkpoint in {str(folder)!r} lacks {len(missing)} tensors, e.g. {missing[0]}")
+    for name, shape in expected.items():
+        if tuple(weights[name].shape) != shape:
+            raise InputError(f"tensor {name} has shape {tuple(weights[name].shape)}, config implies {shape}")
+    return LlamaModel(config, {k: weights[k].to(dtype) for k in expected})
+
+
+def resolve_model(spec: str, dtype=torch.float32, seed: int = 0) -> LlamaModel:
+    """'tiny' (built in, random from `seed`) or a path to a Hugging Face LLaMA folder."""
+    if spec == "tiny":
+        return random_model(TINY, seed, dtype)
+    return load_model(spec, dtype)
+
+
+def describe(config: ModelConfig) -> dict:
+    return {**asdict(config), "head_dim": config.head_dim}
+
+
+def contiguous_attention(q, k, v, positions_q, positions_k):
+    """Reference causal attention for one sequence: q [Tq, Hq, D], k/v [Tk, Hkv, D] -> [Tq, Hq, D]."""
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), k.float()) / math.sqrt(q.shape[-1])
+    mask = positions_k[None, :] > positions_q[:, None]
+    scores = scores.masked_fill(mask[None], float("-inf"))
+    return torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), v.float()).to(q.dtype)

@@ -1,0 +1,40 @@
+"""One generation request as the engine sees it."""
+from dataclasses import dataclass, field
+from enum import Enum, auto
+
+
+class Status(Enum):
+    WAITING = auto()
+    RUNNING = auto()
+    FINISHED = auto()
+
+
+@dataclass(slots=True)
+class Sequence:
+    req_id: int
+    prompt_ids: list[int]
+    max_new_tokens: int
+    eos_token_id: int | None = None
+    output_ids: list[int] = field(default_factory=list)
+    status: Status = Status.WAITING
+    num_preemptions: int = 0
+    placement: dict[int, int] = field(default_factory=dict)  # inst_id -> rBlocks, when it finished
+    logits: list = field(default_factory=list)  # per generated token, when recorded
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        if len(self.output_ids) >= self.max_new_tokens:
+            return True
+        return self.eos_token_id is not None and bool(self.output_ids) and self.output_ids[-1] == self.eos_token_id
+
+
+def num_blocks_for(num_tokens: int, block_size: int) -> int:
+    return -(-num_tokens // block_size)
