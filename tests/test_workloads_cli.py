@@ -75,6 +75,11 @@ def test_stats_json_is_within_tolerance(capsys):
                for r in report["datasets"])
 
 
+def test_stats_rejects_zero_requests(capsys):
+    code, _, err = run(["workloads", "stats", "--num-requests", "0"], capsys)
+    assert code == 2 and err.startswith("error: --num-requests must be >= 1")
+
+
 def test_stats_table(capsys):
     code, out, _ = run(["workloads", "stats", "--source", "fitted", "--num-requests", "2000"], capsys)
     assert code == 0 and "paper avg" in out and out.count(" yes ") >= 9

@@ -1,7 +1,11 @@
 import json
+import tempfile
+from pathlib import Path
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reference_impl.errors import InputError
 from workloads.generate import SourceOptions, generate
@@ -96,3 +100,16 @@ def test_request_rejects_impossible_values():
     with pytest.raises(InputError):
         Request(0, float("nan"), 1, 1, "x")
     assert Request(0, 1.0, 3, 4, "x").context_len == 7
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.builds(Request, req_id=st.integers(0, 2**40), arrival_s=st.floats(0, 1e9, allow_nan=False),
+                          prompt_len=st.integers(1, 10**7), output_len=st.integers(1, 10**6), source=st.text()),
+                max_size=20))
+def test_round_trip_property(requests):
+    with tempfile.TemporaryDirectory() as tmp:
+        first, second = Path(tmp) / "a.jsonl", Path(tmp) / "b.jsonl"
+        save_jsonl(first, requests)
+        assert load_jsonl(first) == requests
+        save_jsonl(second, load_jsonl(first))
+        assert first.read_bytes() == second.read_bytes()

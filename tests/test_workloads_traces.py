@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from reference_impl.errors import InputError
-from workloads import traces
+from workloads import lengths, traces
 from workloads.generate import SourceOptions, generate, real_source
 from workloads.paper_tables import TRACES
 from workloads.sources import json_stream
@@ -149,3 +149,31 @@ def test_bad_sources_are_input_errors(tmp_path):
     with pytest.raises(InputError, match="tokenizer"):
         generate(trace_id=1, num_requests=10, rate_per_s=1.0, seed=0,
                  options=SourceOptions(tokenizer_path=str(tmp_path / "nope.json")))
+
+
+@pytest.mark.parametrize("text, message", [('{"a": 1}', "expected a JSON array"), ("[1, 2 3]", "malformed JSON array")])
+def test_not_an_array_is_an_input_error(tmp_path, text, message):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with open(path) as fp, pytest.raises(InputError, match=message):
+        list(json_stream.iter_json_array(fp))
+
+
+def test_impossible_statistics_are_input_errors():
+    with pytest.raises(InputError, match="no distribution"):
+        lengths.beta_shape(1, 100, 50, 60)  # SD above the largest possible on [1, 100] with mean 50
+    with pytest.raises(InputError, match="cannot be reached"):
+        lengths.solve_tilted_mixture(np.array([1000.0, 2000.0, 3000.0]), 469, 3506.36, 60000)
+
+
+def test_fitted_mixture_solution_is_exact():
+    for trace_id in (0, 1, 2):
+        row = TRACES[trace_id]
+        mu, w = lengths.solve_mixture(row.avg_len, row.sd_len, row.max_len, lengths.lognormal_moments,
+                                      row.avg_len, lengths.MIN_CONTEXT_LEN)
+        tail_mean, tail_m2 = lengths.tail_moments(row.max_len)
+        mean = (1 - w) * mu + w * tail_mean
+        m2 = (1 - w) * lengths.lognormal_moments(mu)[1] + w * tail_m2
+        assert mean == pytest.approx(row.avg_len, rel=1e-9)
+        assert (m2 - mean**2) ** 0.5 == pytest.approx(row.sd_len, rel=1e-6)
+        assert 0 < w < 0.05 and 2 < mu < row.avg_len
