@@ -9,6 +9,7 @@ COMMANDS = {
     "attention": "repro.commands.attention:attention",
     "bench": "repro.commands.bench:bench",
     "calibrate": "repro.commands.calibrate:calibrate",
+    "generate": "repro.commands.generate:generate",
     "profile": "repro.commands.profile:profile",
     "workloads": "repro.commands.workloads:workloads",
 }

@@ -1,0 +1,52 @@
+import json
+
+import click
+
+from repro.options import parse_int_list
+
+
+@click.command("generate")
+@click.option("--model", "model_spec", default="tiny", show_default=True,
+              help="'tiny' (built in, random weights from --seed) or a Hugging Face LLaMA folder.")
+@click.option("--instances", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--blocks-per-instance", default=64, show_default=True, type=click.IntRange(min=1),
+              help="rBlocks of KV each instance may hold.")
+@click.option("--block-size", default=16, show_default=True, type=click.IntRange(min=1), help="Tokens per rBlock.")
+@click.option("--prompt-ids", multiple=True, help="Comma-separated token ids of one prompt; repeat for more.")
+@click.option("--prompt-len", type=click.IntRange(min=1), default=None,
+              help="Instead of --prompt-ids: one random prompt of this length (from --seed).")
+@click.option("--max-new-tokens", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option("--no-pooling", is_flag=True, help="KV never leaves its instance (vLLM-M): preempt and recompute.")
+@click.option("--ignore-eos", is_flag=True, help="Generate --max-new-tokens even past the EOS token.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--json", "as_json", is_flag=True, help='Print {"token_ids": [[...]], "placement": [...]}.')
+def generate(model_spec, instances, blocks_per_instance, block_size, prompt_ids, prompt_len, max_new_tokens,
+             no_pooling, ignore_eos, seed, as_json):
+    """Greedy generation on the local backend; prints the tokens and where each request's rBlocks ended up.
+
+    With a small --blocks-per-instance the KV spills to other instances and the tokens stay the same."""
+    import numpy as np
+
+    from reference_impl.backends.local import generate as run_generate
+    from reference_impl.engine import EngineConfig
+    from reference_impl.model import resolve_model
+
+    if bool(prompt_ids) == (prompt_len is not None):
+        raise click.UsageError("give either --prompt-ids (repeatable) or --prompt-len")
+    model = resolve_model(model_spec, seed=seed)
+    if prompt_len is not None:
+        prompts = [np.random.default_rng(seed).integers(0, model.config.vocab_size, prompt_len).tolist()]
+    else:
+        prompts = [parse_int_list(p, "--prompt-ids") for p in prompt_ids]
+    config = EngineConfig(num_instances=instances, blocks_per_instance=blocks_per_instance, block_size=block_size,
+                          pooling=not no_pooling, seed=seed)
+    result = run_generate(model, prompts, max_new_tokens, config, ignore_eos=ignore_eos)
+    placement = [[{"inst_id": i, "num_blocks": n} for i, n in sorted(p.items())] for p in result.placement]
+    if as_json:
+        click.echo(json.dumps({"token_ids": result.token_ids, "placement": placement}))
+        return
+    for i, (tokens, where) in enumerate(zip(result.token_ids, placement)):
+        blocks = ", ".join(f"instance {w['inst_id']}: {w['num_blocks']}" for w in where)
+        click.echo(f"request {i}: {' '.join(map(str, tokens))}")
+        click.echo(f"  rBlocks ({block_size} tokens each) at the end: {blocks}")
+    click.echo(f"{result.num_steps} steps, {result.num_preemptions} preemptions")
