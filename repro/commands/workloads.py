@@ -39,7 +39,8 @@ def list_(source, sharegpt_file, leval_file, tokenizer_path):
     for row in TRACES.values():
         click.echo(f"{row.trace_id:>5} {row.group:>5} {f'{row.min_len}-{row.max_len}':>13} {row.avg_len:>8.0f} "
                    f"{row.sd_len:>10.2f}  {row.origin} / {traces.method(row.trace_id, real_source(row.trace_id, options))}")
-    click.echo(f"\nDatasets ({DATASETS_SOURCE}); {DATASETS[1].num_requests} requests each")
+    click.echo(f"\nDatasets ({DATASETS_SOURCE}); {DATASETS[1].num_requests} requests each; generated from: lengths "
+               "uniform within each range, exactly ratio * n long, outputs from ShareGPT V3 reply lengths (fitted)")
     click.echo(f"{'dataset':>7} {'model':>10} {'gpus':>4} {'normal range':>14} {'long range':>17} {'long':>5}")
     for row in DATASETS.values():
         normal, long = row.normal_range, row.long_range
