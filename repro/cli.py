@@ -10,7 +10,10 @@ COMMANDS = {
     "bench": "repro.commands.bench:bench",
     "calibrate": "repro.commands.calibrate:calibrate",
     "generate": "repro.commands.generate:generate",
+    "plot": "repro.commands.plot:plot",
     "profile": "repro.commands.profile:profile",
+    "report": "repro.commands.report:report",
+    "run": "repro.commands.run:run",
     "workloads": "repro.commands.workloads:workloads",
 }
 
