@@ -109,9 +109,9 @@ def test_one_layer_time_call_is_cheap():
                         prefill_attn_pairs=causal_prefill_pairs(200, 1000))
     calls = 20_000
     best_s = float("inf")
-    for _ in range(3):  # best of three: the machine is shared
-        start = time.perf_counter()
+    for _ in range(3):  # best of three, in CPU time of this process: the machine is shared
+        start = time.process_time()
         for _ in range(calls):
             m.layer_time_s(load)
-        best_s = min(best_s, (time.perf_counter() - start) / calls)
+        best_s = min(best_s, (time.process_time() - start) / calls)
     assert best_s < 20e-6, f"{best_s * 1e6:.1f} us per call"
