@@ -6,13 +6,13 @@ fixed separators, floats written with repr (shortest round-tripping form).
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
 import jsonschema
 
+from reference_impl.atomic import write_text_atomic
 from reference_impl.errors import InputError
 from workloads.request import Request
 
@@ -38,22 +38,7 @@ def save_jsonl(path: str | os.PathLike, requests: Iterable[Request]) -> None:
     """Write requests to `path` atomically: a temp file beside it, then os.replace."""
     path = Path(path)
     text = "".join(dumps_request(req) + "\n" for req in requests)
-    write_text_atomic(path, text)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise InputError(f"{path}: directory {directory} does not exist")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fp:
-            fp.write(text)
-        os.replace(tmp_name, path)
-    except BaseException:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
-        raise
+    write_text_atomic(path, text, make_dirs=False)
 
 
 def _is_valid(obj) -> bool:

@@ -1,13 +1,12 @@
 """The coefficient document on disk: deterministic text, atomic writes, schema-checked loads."""
 import json
-import os
 import re
-import tempfile
 from functools import cache
 from pathlib import Path
 
 import jsonschema
 
+from reference_impl.atomic import write_text_atomic
 from reference_impl.errors import InputError
 
 DATA_DIR = Path(__file__).with_name("data")
@@ -33,15 +32,7 @@ def check_out_path(path) -> Path:
 
 
 def write_atomic(path, text: str) -> None:
-    path = check_out_path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(check_out_path(path), text, make_dirs=False)
 
 
 @cache
