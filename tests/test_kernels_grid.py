@@ -47,6 +47,9 @@ TRITON_CASES = [
     ([15, 1000, 16], (8, 1), 80, 8, torch.float16),
     ([16, 1, 17], (4, 4), 128, 16, torch.float16),
     ([97, 17, 15], (8, 2), 64, 8, torch.bfloat16),
+    # beyond the grid: the other supported head_dim and block size
+    ([33, 1, 64], (8, 2), 96, 32, torch.float32),
+    ([200, 31], (4, 1), 96, 32, torch.bfloat16),
 ]
 
 
