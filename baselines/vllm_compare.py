@@ -1,0 +1,124 @@
+"""Our local engine and real vLLM on the same model folder and the same requests, in one run.
+
+Both serve every request from t=0 (an offline batch) with the same KV budget, batch limit and block size;
+greedy tokens are compared position by position and throughput is output tokens / makespan of each.
+"""
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from baselines.vllm_backend import random_prompts, run_vllm
+from baselines.vllm_config import VllmSetup
+from baselines.vllm_metrics import FINISHED, ServedRequest, summarize
+from baselines.vllm_model import model_folder
+from reference_impl.backends.local import LocalBackend, check_prompts
+from reference_impl.engine import Engine, EngineConfig
+from reference_impl.model import LlamaModel, resolve_model
+from reference_impl.sequence import Sequence, num_blocks_for
+
+
+@dataclass(frozen=True, slots=True)
+class CompareConfig:
+    model: str = "tiny"  # 'tiny' (random from seed, saved as a Hugging Face folder) or a LLaMA folder
+    trace_id: int = 2  # infinite-llm Table 1 trace whose lengths are used (fitted source, no download)
+    num_requests: int = 8
+    max_prompt_len: int = 256  # lengths are clipped to these so the tiny CPU run takes seconds
+    max_output_len: int = 32
+    block_size: int = 16
+    max_batch_size: int = 64
+    seed: int = 0
+
+
+def workload(config: CompareConfig, vocab_size: int) -> tuple[list[list[int]], list[int]]:
+    """(prompt token ids, max new tokens) per request: trace lengths clipped to the config's caps."""
+    from workloads import SourceOptions, generate
+
+    reqs = generate(trace_id=config.trace_id, num_requests=config.num_requests, rate_per_s=1.0, seed=config.seed,
+                    options=SourceOptions(source="fitted"))
+    prompt_lens = [min(r.prompt_len, config.max_prompt_len) for r in reqs]
+    prompts = random_prompts(prompt_lens, vocab_size, np.random.default_rng(config.seed))
+    return prompts, [min(r.output_len, config.max_output_len) for r in reqs]
+
+
+def serve_local(model: LlamaModel, prompts: list[list[int]], max_tokens: list[int], config: EngineConfig):
+    """(served records, token ids per request, run seconds) of our engine serving all prompts from t=0."""
+    check_prompts(model, prompts)
+    engine = Engine(config, LocalBackend(model, config))
+    seqs = [Sequence(i, list(p), m, None) for i, (p, m) in enumerate(zip(prompts, max_tokens))]
+    served = [ServedRequest(i, 0.0, len(p), m) for i, (p, m) in enumerate(zip(prompts, max_tokens))]
+    t0 = time.perf_counter()
+    for seq in seqs:
+        served[seq.req_id].engine = engine.add_request(seq)
+
+    def stamp(_engine):
+        now_s = time.perf_counter() - t0
+        for seq, rec in zip(seqs, served):
+            if seq.output_ids and rec.first_token_s is None:
+                rec.first_token_s = now_s
+            if seq.is_finished and rec.finish_s is None:
+                rec.finish_s, rec.status, rec.output_len = now_s, FINISHED, len(seq.output_ids)
+
+    engine.run(on_step=stamp)
+    return served, [s.output_ids for s in seqs], time.perf_counter() - t0
+
+
+def agreement(ours: list[list[int]], theirs: list[list[int]]) -> dict:
+    """Identical requests, matching positions, and where each request first differs (None: never)."""
+    first_diff = []
+    matching = total = 0
+    for a, b in zip(ours, theirs):
+        n = max(len(a), len(b))
+        same = [i < len(a) and i < len(b) and a[i] == b[i] for i in range(n)]
+        matching += sum(same)
+        total += n
+        first_diff.append(next((i for i, s in enumerate(same) if not s), None))
+    return {"num_requests": len(ours), "num_identical": sum(d is None for d in first_diff),
+            "token_match_fraction": matching / total if total else 1.0, "first_mismatch": first_diff}
+
+
+def compare(config: CompareConfig, *, log_path: str | None = None, python: str | None = None) -> dict:
+    """Run both systems; returns the JSON-able comparison (config, agreement, summaries, ratio)."""
+    model = resolve_model(config.model, seed=config.seed)
+    prompts, max_tokens = workload(config, model.config.vocab_size)
+    need = sum(num_blocks_for(len(p) + m, config.block_size) for p, m in zip(prompts, max_tokens))
+    max_len = max(len(p) + m for p, m in zip(prompts, max_tokens))
+    engine_config = EngineConfig(1, need, block_size=config.block_size, max_batch_size=config.max_batch_size,
+                                 seed=config.seed)
+    local_served, local_tokens, local_run_s = serve_local(model, prompts, max_tokens, engine_config)
+    setup = VllmSetup("vllm-m", 1, block_size=config.block_size, blocks_per_engine=need,
+                      max_model_len=-(-max_len // config.block_size) * config.block_size,
+                      max_num_seqs=config.max_batch_size, seed=config.seed)
+    with tempfile.TemporaryDirectory(prefix="compare-vllm-") as scratch:
+        folder = model_folder(config.model, model, scratch)
+        run = run_vllm(setup, folder, prompts, max_tokens, python=python, log_path=log_path)
+    ours, theirs = summarize(local_served), summarize(run.served)
+    return {
+        "config": asdict(config), "vllm_setup": run.setup, "vllm_version": run.vllm_version,
+        "model_dtype": str(model.dtype).removeprefix("torch."), "num_kv_blocks": need,
+        "prompt_lens": [len(p) for p in prompts], "max_tokens": max_tokens,
+        "agreement": agreement(local_tokens, run.token_ids),
+        "local": {"summary": ours.to_dict(), "run_s": local_run_s},
+        "vllm": {"summary": theirs.to_dict(), "run_s": run.run_s, "startup_s": run.startup_s},
+        "throughput_ratio": ours.output_tok_s / theirs.output_tok_s if theirs.output_tok_s else None,
+    }
+
+
+def format_table(result: dict) -> str:
+    ag, ours, theirs = result["agreement"], result["local"]["summary"], result["vllm"]["summary"]
+    rows = [("system", "finished", "output tok/s", "mean TTFT ms", "mean TPOT ms", "p99 latency s")]
+    for name, s in (("ours (local)", ours), (f"vLLM {result['vllm_version']}", theirs)):
+        rows.append((name, f"{s['num_finished']}/{s['num_requests']}", f"{s['output_tok_s']:.1f}",
+                     _fmt(s["mean_ttft_ms"]), _fmt(s["mean_tpot_ms"]), _fmt(s["p99_latency_s"], 3)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    ratio = result["throughput_ratio"]
+    lines.append(f"greedy tokens: {ag['num_identical']}/{ag['num_requests']} requests identical, "
+                 f"{100 * ag['token_match_fraction']:.1f}% of positions match (dtype {result['model_dtype']})")
+    lines.append(f"throughput ratio ours / vLLM: {'n/a' if ratio is None else f'{ratio:.3f}'}")
+    return "\n".join(lines)
+
+
+def _fmt(value, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
