@@ -4,6 +4,7 @@ import importlib
 from reference_impl.errors import InputError
 
 EXPERIMENTS = {
+    "attention-micro": "repro.experiments.attention_micro",
 }
 
 

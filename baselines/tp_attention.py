@@ -1,0 +1,32 @@
+"""Tensor-parallel attention for one decode query: heads partitioned over ranks, outputs gathered.
+
+Rank r holds heads r*H/P .. (r+1)*H/P of every token. The owner scatters the query's heads, each rank
+runs `micro_attention` over all S tokens of its heads, and the owner gathers (out, lse) per head.
+"""
+import torch
+import torch.distributed as dist
+
+from reference_impl.dist_attention_dist import OWNER, nbytes, pack, paged, unpack
+from reference_impl.kernels import micro_attention
+
+
+def tp_attention_step(q: torch.Tensor | None, q_shard_buf: torch.Tensor, kv_paged, rank: int, world_size: int):
+    """q [1, H, D] on the owner; q_shard_buf [1, H/P, D] receives this rank's heads; kv_paged: this rank's
+    head shard as micro_attention arguments. Returns ((out, lse) on the owner else None, bytes sent)."""
+    chunks = list(q.chunk(world_size, dim=1)) if rank == OWNER else None
+    if chunks is not None:
+        chunks = [c.contiguous() for c in chunks]
+    dist.scatter(q_shard_buf, chunks, src=OWNER)
+    out, lse = micro_attention(q_shard_buf, *kv_paged, check_ranges=False)
+    msg = pack(out, lse)
+    gathered = [torch.empty_like(msg) for _ in range(world_size)] if rank == OWNER else None
+    dist.gather(msg, gathered, dst=OWNER)
+    if rank != OWNER:
+        return None, nbytes(msg)
+    parts = [unpack(m) for m in gathered]
+    out = torch.cat([p[0] for p in parts], dim=1).to(q.dtype)
+    lse = torch.cat([p[1] for p in parts], dim=1)
+    return (out, lse), nbytes(q_shard_buf) * (world_size - 1)
+
+
+__all__ = ["tp_attention_step", "paged"]
