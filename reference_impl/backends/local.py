@@ -13,18 +13,25 @@ from reference_impl.sequence import Sequence
 
 
 class LocalBackend:
-    def __init__(self, model: LlamaModel, config: EngineConfig, device="cpu", record_logits: bool = False):
+    def __init__(self, model: LlamaModel, config: EngineConfig, device="cpu", record_logits: bool = False,
+                 inst_ids=None):
+        # inst_ids: the instances whose caches live here (default all; a Ray actor holds its own only)
         c = model.config
         self.model = model
         self.device = torch.device(device)
         self.record_logits = record_logits
         self.block_size = config.block_size
-        self.caches = {}
-        for inst in range(config.num_instances):
-            for tier, n in ((DEVICE, config.blocks_per_instance), (CPU, config.cpu_blocks_per_instance)):
-                shape = (c.num_layers, n, config.block_size, c.num_kv_heads, c.head_dim)
-                self.caches[(inst, tier)] = (torch.zeros(shape, dtype=model.dtype, device=self.device),
-                                             torch.zeros(shape, dtype=model.dtype, device=self.device))
+        # The instances held here share one device: one tensor per tier, each instance owning a slice of its
+        # blocks, so that the partials of all these locations can run in one micro_attention call.
+        insts = list(range(config.num_instances) if inst_ids is None else inst_ids)
+        self.caches, self.storage, self.shared = {}, {}, {}
+        for tier, n in ((DEVICE, config.blocks_per_instance), (CPU, config.cpu_blocks_per_instance)):
+            shape = (c.num_layers, n * len(insts), config.block_size, c.num_kv_heads, c.head_dim)
+            k, v = (torch.zeros(shape, dtype=model.dtype, device=self.device) for _ in range(2))
+            self.shared[tier] = (k, v)
+            for j, inst in enumerate(insts):
+                self.caches[(inst, tier)] = (k[:, j * n:(j + 1) * n], v[:, j * n:(j + 1) * n])
+                self.storage[(inst, tier)] = (tier, j * n)
         self.step_times_s: list[float] = []
 
     def copy_blocks(self, pairs) -> None:
@@ -35,6 +42,10 @@ class LocalBackend:
             k_cache[:, dst.address] = k
             v_cache[:, dst.address] = v
 
+    def step_kv(self, instance, tables, num_tokens, num_new, is_prefill) -> StepKV:
+        return StepKV(self.caches, tables, num_tokens, num_new, self.block_size, is_prefill, self.device,
+                      self.storage, self.shared)
+
     @torch.inference_mode()
     def execute(self, instance, seqs: list[Sequence], is_prefill: bool) -> list[int]:
         t0 = time.perf_counter()
@@ -43,7 +54,7 @@ class LocalBackend:
         num_new = num_tokens if is_prefill else [1] * len(seqs)
         ids = [t for s in seqs for t in (s.token_ids if is_prefill else s.token_ids[-1:])]
         positions = [p for n, new in zip(num_tokens, num_new) for p in range(n - new, n)]
-        kv = StepKV(self.caches, tables, num_tokens, num_new, self.block_size, is_prefill, self.device)
+        kv = self.step_kv(instance, tables, num_tokens, num_new, is_prefill)
         hidden = self.model.forward(torch.tensor(ids, device=self.device), torch.tensor(positions, device=self.device),
                                     kv.attend)
         last = torch.tensor(num_new, device=self.device).cumsum(0) - 1
