@@ -1,0 +1,53 @@
+"""The systems compared in the experiments, as policies over one cluster config (a dict that feeds click.Choice)."""
+from reference_impl.calibration.specs import model_spec
+from reference_impl.errors import InputError
+from reference_impl.sim.config import SimConfig, perf_model
+
+
+def infinite_llm(config: SimConfig) -> SimConfig:
+    return config
+
+
+def _vllm_m(config: SimConfig) -> SimConfig:
+    from baselines.vllm_m import vllm_m
+    return vllm_m(config)
+
+
+def _vllm_s(config: SimConfig) -> SimConfig:
+    from baselines.vllm_s import vllm_s
+    return vllm_s(config)
+
+
+SYSTEMS = {"infinite-llm": infinite_llm, "vllm-m": _vllm_m, "vllm-s": _vllm_s}
+
+KV_SHARE_MIN = 0.5  # an instance is "appropriate" when at least this share of its usable memory holds KV
+
+
+def instance_tp(model: str, gpu: str, *, max_tp: int = 8) -> int:
+    """Infinite-LLM's instance parallelism: the smallest TP (1, 2, 4, 8) leaving >= KV_SHARE_MIN of usable
+    GPU memory for KV; non-attention layers stay on as few GPUs as serve them well (infinite-llm 7.1)."""
+    model_spec(model)
+    for tp in (1, 2, 4, 8):
+        if tp > max_tp:
+            break
+        try:
+            mem = perf_model(SimConfig(model=model, gpu=gpu, tp=tp)).memory
+        except InputError:
+            continue
+        if mem.kv_capacity_bytes >= KV_SHARE_MIN * (mem.mem_bytes - mem.reserve_bytes):
+            return tp
+    raise InputError(f"no tensor-parallel degree up to {max_tp} leaves room for KV of {model} on {gpu}")
+
+
+def cluster(model: str, gpu: str, num_gpus: int, **kwargs) -> SimConfig:
+    """Infinite-LLM's cluster of `num_gpus`: instances of `instance_tp` GPUs each."""
+    tp = instance_tp(model, gpu)
+    if num_gpus % tp:
+        raise InputError(f"{num_gpus} GPUs do not split into instances of tp={tp} for {model}")
+    return SimConfig(model=model, gpu=gpu, num_instances=num_gpus // tp, tp=tp, **kwargs)
+
+
+def system_config(system: str, base: SimConfig) -> SimConfig:
+    if system not in SYSTEMS:
+        raise InputError(f"unknown system {system!r}: choose one of {', '.join(SYSTEMS)}")
+    return SYSTEMS[system](base)
