@@ -5,6 +5,7 @@ from reference_impl.errors import InputError
 
 EXPERIMENTS = {
     "attention-micro": "repro.experiments.attention_micro",
+    "migration": "repro.experiments.migration",
 }
 
 
