@@ -208,15 +208,24 @@ class RManager:
             return [i for i, b in enumerate(table) if b.inst_id != self.inst_id]
         return [i for i, b in enumerate(table) if b.inst_id == self.inst_id]
 
+    def _iter_movable(self, req_id: int, dst_inst: int):
+        table = self.tables[req_id]
+        if dst_inst == self.inst_id:
+            return (i for i, b in enumerate(table) if b.inst_id != self.inst_id)
+        return (i for i, b in enumerate(table) if b.inst_id == self.inst_id)
+
     def advance_moves(self, copy_blocks: CopyBlocks, max_blocks: int) -> int:
         """Move up to `max_blocks` blocks of the pending moves (one chunk); returns the number moved."""
         budget = max_blocks
         pairs = []
         moved = set()  # (req_id, index): a block moves at most once per chunk, so copies never chain
         for move in list(self.moves):
-            candidates = [i for i in self._movable(move.req_id, move.dst_inst) if (move.req_id, i) not in moved]
-            while budget and move.num_blocks and candidates:
-                index = candidates.pop(0)
+            # lazily: a chunk takes a few blocks of a long table (per-step cost must not grow with the table)
+            candidates = (i for i in self._iter_movable(move.req_id, move.dst_inst) if (move.req_id, i) not in moved)
+            while budget and move.num_blocks:
+                index = next(candidates, None)
+                if index is None:
+                    break
                 moved.add((move.req_id, index))
                 src = self.tables[move.req_id][index]
                 dst = self.peers[move.dst_inst].take_reserved(move.req_id)
@@ -224,7 +233,7 @@ class RManager:
                 self.tables[move.req_id][index] = dst
                 move.num_blocks -= 1
                 budget -= 1
-            if not move.num_blocks or not self._movable(move.req_id, move.dst_inst):
+            if not move.num_blocks or next(self._iter_movable(move.req_id, move.dst_inst), None) is None:
                 self.peers[move.dst_inst].cancel_reservation(move.req_id, move.num_blocks)
                 self.moves.remove(move)
         if pairs:
