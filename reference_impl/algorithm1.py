@@ -44,7 +44,8 @@ def projected_admissions(view: InstanceView) -> int:
 def instance_load(view: InstanceView, block_size: int) -> InstanceLoad:
     extra = projected_admissions(view)
     kv_tokens = (view.kv_blocks + extra * view.mean_waiting_blocks) * block_size
-    return InstanceLoad(view.batch_size + extra, int(kv_tokens), view.num_remote_queries)
+    return InstanceLoad(batch_size=view.batch_size + extra, attn_kv_tokens=int(kv_tokens),
+                        num_remote_queries=view.num_remote_queries)
 
 
 def instance_tps(model: PerfModel, view: InstanceView, block_size: int) -> float:

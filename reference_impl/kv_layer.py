@@ -1,9 +1,11 @@
 """The KV layer of one engine step: writes new K/V into rBlocks and runs attention where the blocks live.
 
 Caches are per (instance, tier): k/v [num_layers, num_blocks, block_size, num_kv_heads, head_dim]. A step is
-planned once (`StepKV`), then `attend` is called per layer. Decode: `micro_attention` over each location's
-rBlocks of every sequence (the creditor's share of DistAttention), merged with `scale_reduce`. Prefill:
-causal attention of the prompt over each location's part of its KV, merged the same way.
+planned once (`StepKV`), then `attend` is called per layer. Decode: a `micro_attention` partial over each
+location's rBlocks of every sequence (the creditor's share of DistAttention), merged with `scale_reduce`.
+Locations whose caches are slices of one tensor (instances sharing a device, `storage`) have their partials
+computed in one `micro_attention` call, one row per (location, sequence); each row is still its own partial.
+Prefill: causal attention of the prompt over each location's part of its KV, merged the same way.
 """
 import math
 
@@ -41,8 +43,11 @@ class StepKV:
     after this step, `num_new[i]` the tokens it feeds this step (all of them for a prefill, 1 for decode)."""
 
     def __init__(self, caches: dict[Location, tuple], tables: list[list[RBlock]], num_tokens: list[int],
-                 num_new: list[int], block_size: int, is_prefill: bool, device):
+                 num_new: list[int], block_size: int, is_prefill: bool, device, storage: dict | None = None, shared: dict | None = None):
+        """`storage`: location -> (key, block offset) into `shared[key]` caches, for locations on one device."""
         self.caches = caches
+        self.storage = storage
+        self.shared = shared
         self.is_prefill = is_prefill
         self.block_size = block_size
         self.device = device
@@ -67,17 +72,27 @@ class StepKV:
                 start += new
             self.positions = [torch.arange(n - new, n, device=device) for n, new in zip(num_tokens, num_new)]
         else:
-            self.decode_parts = [self._decode_part(loc, tables, num_tokens) for loc in self.locations]
+            groups = {}  # storage key -> locations computed in one call
+            for loc in self.locations:
+                key, _ = storage[loc] if storage else (loc, 0)
+                groups.setdefault(key, []).append(loc)
+            self.decode_parts = [self._decode_part(key, locs, tables, num_tokens) for key, locs in groups.items()]
 
-    def _decode_part(self, loc, tables, num_tokens):
-        rows, lens = [], []
-        for table, n in zip(tables, num_tokens):
-            mine = [i for i, b in enumerate(table) if (b.inst_id, b.device) == loc]
-            rows.append([table[i].address for i in mine])
-            lens.append(sum(min(self.block_size, n - i * self.block_size) for i in mine))
-        width = max(1, max(len(r) for r in rows))
+    def _decode_part(self, key, locs, tables, num_tokens):
+        """One row per (location, sequence) pair holding tokens; `slots` = p * num_seqs + s of each row."""
+        rows, lens, slots = [], [], []
+        for p, loc in enumerate(locs):
+            offset = self.storage[loc][1] if self.storage else 0
+            for s, (table, n) in enumerate(zip(tables, num_tokens)):
+                mine = [i for i, b in enumerate(table) if (b.inst_id, b.device) == loc]
+                if mine:
+                    rows.append([table[i].address + offset for i in mine])
+                    lens.append(sum(min(self.block_size, n - i * self.block_size) for i in mine))
+                    slots.append(p * len(tables) + s)
+        width = max(len(r) for r in rows)
         block_table = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int32, device=self.device)
-        return loc, block_table, torch.tensor(lens, dtype=torch.int32, device=self.device)
+        return (key, len(locs), block_table, torch.tensor(lens, dtype=torch.int32, device=self.device),
+                torch.tensor(slots, device=self.device))
 
     def _prefill_parts(self, table, n):
         parts = []
@@ -97,12 +112,22 @@ class StepKV:
             v_cache[layer, addr, off] = v[idx].to(v_cache.dtype)
         if self.is_prefill:
             return self._prefill(layer, q)
-        parts = []
-        for loc, block_table, seq_lens in self.decode_parts:
-            k_cache, v_cache = self.caches[loc]
-            parts.append(micro_attention(q, k_cache[layer], v_cache[layer], block_table, seq_lens,
-                                         check_ranges=False))
-        return merge(parts)
+        num_seqs = q.shape[0]
+        outs, lses = [], []
+        for key, num_parts, block_table, seq_lens, slots in self.decode_parts:
+            k_cache, v_cache = self.shared[key] if self.storage else self.caches[key]
+            out, lse = micro_attention(q[slots % num_seqs], k_cache[layer], v_cache[layer], block_table, seq_lens,
+                                       check_ranges=False)
+            if num_parts == 1 and len(self.decode_parts) == 1 and out.shape[0] == num_seqs:
+                return out
+            # pairs without tokens stay empty partials: out 0, lse -inf
+            full_out = out.new_zeros(num_parts * num_seqs, *q.shape[1:])
+            full_lse = lse.new_full((num_parts * num_seqs, q.shape[1]), float("-inf"))
+            full_out[slots], full_lse[slots] = out, lse
+            outs.append(full_out.view(num_parts, *q.shape))
+            lses.append(full_lse.view(num_parts, *q.shape[:2]))
+        out, _ = scale_reduce(torch.cat(outs), torch.cat(lses))
+        return out
 
     def _prefill(self, layer, q):
         scale = 1.0 / math.sqrt(q.shape[-1])

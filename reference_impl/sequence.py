@@ -9,7 +9,7 @@ class Status(Enum):
     FINISHED = auto()
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # identity: the scheduler looks requests up in lists
 class Sequence:
     req_id: int
     prompt_ids: list[int]
