@@ -53,3 +53,9 @@ $(VLLM_STAMP):
 	-$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
 	touch $@
+
+test-vllm: $(STAMP) $(VLLM_STAMP)
+	$(BIN)/python -m pytest -q -m vllm tests/real_vllm
+
+compare-vllm: $(STAMP) $(VLLM_STAMP)
+	$(BIN)/repro compare-vllm

@@ -6,6 +6,7 @@ job file and writes per-request records. On a machine whose own Python has vLLM 
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,14 +61,21 @@ def check_vllm(python: str) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InputError(f"cannot run vLLM's Python {python} ({type(exc).__name__}); {INSTALL_HINT}") from None
     if proc.returncode != 0:
-        raise InputError(f"vLLM does not import in {python} ({last_error_line(proc.stderr)}); {INSTALL_HINT}")
+        raise InputError(f"vLLM does not import in {python} ({error_cause(proc.stderr)}); {INSTALL_HINT}")
     return proc.stdout.strip().splitlines()[-1]
 
 
-def last_error_line(text: str) -> str:
+ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception): .*")
+
+
+def error_cause(text: str) -> str:
+    """The root cause in vLLM's output: its first `SomeError: message`, else the last line."""
+    for line in text.splitlines():
+        match = ERROR_LINE.search(line)
+        if match:
+            return match.group(0).strip()[:300]
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if "Error" in ln or "error" in ln]
-    return (errors or lines or ["no output"])[-1][:300]
+    return (lines or ["no output"])[-1][:300]
 
 
 def random_prompts(lengths: list[int], vocab_size: int, rng: np.random.Generator) -> list[list[int]]:
@@ -77,21 +85,19 @@ def random_prompts(lengths: list[int], vocab_size: int, rng: np.random.Generator
 
 def build_job(setup: VllmSetup, model_dir: str | Path, prompts: list[list[int]], max_tokens: list[int],
               arrivals_s: list[float] | None = None, *, ignore_eos: bool = True) -> dict:
-    """The runner's job: engines of `setup` and one request per prompt (all at t=0 without arrivals)."""
+    """The runner's job: engines of `setup` and one request per prompt (all at t=0 without arrivals).
+
+    A request longer than max_model_len or one engine's KV is not sent to vLLM: the runner records it rejected."""
     if len(prompts) != len(max_tokens) or (arrivals_s is not None and len(arrivals_s) != len(prompts)):
         raise InputError("prompts, max_tokens and arrivals must have one entry per request")
     if not prompts:
         raise InputError("no requests to run")
     arrivals_s = arrivals_s if arrivals_s is not None else [0.0] * len(prompts)
-    too_long = [i for i, (p, m) in enumerate(zip(prompts, max_tokens)) if len(p) + m > setup.max_model_len]
-    if too_long:
-        i = too_long[0]
-        raise InputError(f"request {i} needs {len(prompts[i]) + max_tokens[i]} tokens, above the vLLM max model "
-                         f"length {setup.max_model_len}; raise it or shorten the workload")
     requests = [{"req_id": i, "arrival_s": float(a), "prompt_ids": [int(t) for t in p], "max_tokens": int(m)}
                 for i, (p, m, a) in enumerate(zip(prompts, max_tokens, arrivals_s))]
     return {"engines": engine_kwargs(setup, str(model_dir)), "env": engine_env(setup),
             "blocks_per_engine": dispatch_capacity_blocks(setup), "block_size": setup.block_size,
+            "max_model_len": setup.max_model_len,
             "ignore_eos": ignore_eos, "requests": requests}
 
 
@@ -124,7 +130,7 @@ def run_job(job: dict, *, python: str | None = None, timeout_s: float = 3600.0, 
                 raise InputError(f"vLLM did not finish within {timeout_s:.0f} s") from None
         if proc.returncode != 0:
             where = f" (log: {log_path})" if log_path else ""
-            raise InputError(f"vLLM failed: {last_error_line(log.read_text(errors='replace'))}{where}")
+            raise InputError(f"vLLM failed: {error_cause(log.read_text(errors='replace'))}{where}")
         return json.loads((tmp / "out.json").read_text())
 
 

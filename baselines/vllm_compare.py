@@ -12,21 +12,21 @@ import numpy as np
 from baselines.vllm_backend import random_prompts, run_vllm
 from baselines.vllm_config import VllmSetup
 from baselines.vllm_metrics import FINISHED, ServedRequest, summarize
-from baselines.vllm_model import model_folder
+from baselines.vllm_model import model_folder, resolve_for_vllm
 from reference_impl.backends.local import LocalBackend, check_prompts
 from reference_impl.engine import Engine, EngineConfig
-from reference_impl.model import LlamaModel, resolve_model
+from reference_impl.model import LlamaModel
 from reference_impl.sequence import Sequence, num_blocks_for
 
 
 @dataclass(frozen=True, slots=True)
 class CompareConfig:
-    model: str = "tiny"  # 'tiny' (random from seed, saved as a Hugging Face folder) or a LLaMA folder
+    model: str = "tiny"  # 'tiny' (TINY_VLLM, random from seed, saved as a Hugging Face folder) or a LLaMA folder
     trace_id: int = 2  # infinite-llm Table 1 trace whose lengths are used (fitted source, no download)
     num_requests: int = 8
     max_prompt_len: int = 256  # lengths are clipped to these so the tiny CPU run takes seconds
     max_output_len: int = 32
-    block_size: int = 16
+    block_size: int = 32  # vLLM's CPU attention needs a multiple of 32; our engine runs the same size
     max_batch_size: int = 64
     seed: int = 0
 
@@ -80,7 +80,7 @@ def agreement(ours: list[list[int]], theirs: list[list[int]]) -> dict:
 
 def compare(config: CompareConfig, *, log_path: str | None = None, python: str | None = None) -> dict:
     """Run both systems; returns the JSON-able comparison (config, agreement, summaries, ratio)."""
-    model = resolve_model(config.model, seed=config.seed)
+    model = resolve_for_vllm(config.model, seed=config.seed)
     prompts, max_tokens = workload(config, model.config.vocab_size)
     need = sum(num_blocks_for(len(p) + m, config.block_size) for p, m in zip(prompts, max_tokens))
     max_len = max(len(p) + m for p, m in zip(prompts, max_tokens))

@@ -17,7 +17,7 @@ class VllmSetup:
     num_devices: int = 1  # GPUs in all (on CPU: engines of vLLM-M, each on the CPU)
     tp: int = 1  # vLLM-M: tensor parallel size of each engine (vLLM-S derives its own layout)
     gpus_per_node: int = 8
-    block_size: int = 16  # tokens per KV block (vLLM's CPU backend takes multiples of 16)
+    block_size: int = 32  # tokens per KV block (vLLM 0.32's CPU attention takes multiples of 32 only)
     blocks_per_engine: int | None = None  # KV blocks of each engine; None: vLLM sizes the cache from memory
     max_model_len: int = 2048
     max_num_seqs: int = 64
@@ -34,8 +34,9 @@ class VllmSetup:
         if min(self.num_devices, self.tp, self.gpus_per_node, self.block_size, self.max_model_len,
                self.max_num_seqs, self.cpu_kvcache_gb) < 1:
             raise InputError("vLLM setup counts (devices, tp, block size, max model length, max seqs) must be >= 1")
-        if self.blocks_per_engine is not None and self.blocks_per_engine < 1:
-            raise InputError(f"blocks per engine must be >= 1, got {self.blocks_per_engine}")
+        if self.blocks_per_engine is not None and self.blocks_per_engine * self.block_size < self.max_model_len:
+            raise InputError(f"{self.blocks_per_engine} KV blocks of {self.block_size} tokens hold less than the max "
+                             f"model length {self.max_model_len} (vLLM refuses that); lower it or add blocks")
         if self.policy == "vllm-m" and self.num_devices % self.tp:
             raise InputError(f"vLLM-M: {self.num_devices} devices do not split into engines of tp={self.tp}")
         if self.policy == "vllm-m" and self.tp > self.gpus_per_node:

@@ -3,7 +3,7 @@
 Pure standard library: the runner imports it inside the vLLM environment, the adapter's tests outside it.
 Free memory is counted in KV blocks from what each engine holds now (prompt + tokens generated so far of
 its live requests), the bookkeeping vLLM's own block manager keeps; a request that cannot fit one engine
-even alone is rejected, as a vLLM-M instance does.
+even alone (or exceeds the engine's max model length) is rejected, as a vLLM-M instance does.
 """
 from dataclasses import dataclass, field
 
@@ -19,6 +19,7 @@ class MostFreeDispatcher:
     num_engines: int
     blocks_per_engine: int
     block_size: int
+    max_request_tokens: int | None = None  # vLLM's max_model_len: longer requests are rejected too
     used_blocks: list[int] = field(default_factory=list)
     live: dict = field(default_factory=dict)  # req_id -> (engine, tokens held now)
 
@@ -33,6 +34,8 @@ class MostFreeDispatcher:
     def choose(self, req_id, prompt_len: int, max_tokens: int) -> int:
         """Engine index for a new request (lowest index on ties), or REJECTED if it fits no engine alone."""
         if blocks_for(prompt_len + max_tokens, self.block_size) > self.blocks_per_engine:
+            return REJECTED
+        if self.max_request_tokens is not None and prompt_len + max_tokens > self.max_request_tokens:
             return REJECTED
         engine = max(range(self.num_engines), key=lambda e: (self.free_blocks(e), -e))
         self.live[req_id] = (engine, prompt_len)

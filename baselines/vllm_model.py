@@ -1,11 +1,15 @@
 """Our LlamaModel written as a Hugging Face LLaMA folder (config.json + model.safetensors) that vLLM loads."""
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from reference_impl.model import LlamaModel, resolve_model, weight_shapes
+from reference_impl.model import TINY, LlamaModel, random_model, resolve_model, weight_shapes
 
+# vLLM 0.32's CPU attention takes head sizes 32, 64, 80, ... only (CPUAttentionBackend.get_supported_head_sizes)
+# and the `tiny` preset has head_dim 16, so real-vLLM runs of 'tiny' use it with 4 query / 2 KV heads: head_dim 32.
+TINY_VLLM = replace(TINY, num_heads=4, num_kv_heads=2)
 TORCH_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
@@ -41,4 +45,8 @@ def model_folder(spec: str, model: LlamaModel, scratch: str | Path, max_position
     return save_hf_folder(model, Path(scratch) / "tiny-hf", max_position_embeddings)
 
 
-__all__ = ["hf_config", "model_folder", "resolve_model", "save_hf_folder"]
+def resolve_for_vllm(spec: str, seed: int = 0, dtype=torch.float32) -> LlamaModel:
+    """Like reference_impl.model.resolve_model, but 'tiny' is TINY_VLLM (a head size vLLM's CPU kernels take)."""
+    if spec == "tiny":
+        return random_model(TINY_VLLM, seed, dtype)
+    return resolve_model(spec, dtype, seed)

@@ -2,7 +2,7 @@
 
     .venv-vllm/bin/python -m baselines.vllm_runner JOB.json OUT.json
 
-JOB: {"engines": [EngineArgs kwargs, ...], "env": {...}, "blocks_per_engine": int, "block_size": int,
+JOB: {"engines": [EngineArgs kwargs, ...], "env": {...}, "blocks_per_engine", "block_size", "max_model_len",
       "ignore_eos": bool, "requests": [{"req_id", "arrival_s", "prompt_ids", "max_tokens"}, ...]}
 OUT: {"vllm_version", "startup_s", "run_s", "requests": [{"req_id", "engine", "arrival_s", "first_token_s",
       "finish_s", "output_ids", "status"}, ...]}; times in seconds from the start of the run (engines built).
@@ -27,7 +27,7 @@ def run(job, engines) -> tuple[list[dict], float]:
 
     from baselines.vllm_dispatch import REJECTED, MostFreeDispatcher
 
-    dispatcher = MostFreeDispatcher(len(engines), job["blocks_per_engine"], job["block_size"])
+    dispatcher = MostFreeDispatcher(len(engines), job["blocks_per_engine"], job["block_size"], job["max_model_len"])
     requests = sorted(job["requests"], key=lambda r: (r["arrival_s"], r["req_id"]))
     records = {r["req_id"]: {"req_id": r["req_id"], "engine": None, "arrival_s": r["arrival_s"], "first_token_s": None,
                              "finish_s": None, "output_ids": [], "status": "unfinished"} for r in requests}

@@ -36,6 +36,8 @@ def test_dispatch_goes_to_most_free_engine_and_tracks_growth():
     assert d.choose("e", 4, 4) == 1
     assert d.choose("huge", 40, 1) == REJECTED  # 11 blocks never fit an engine of 10
     assert "huge" not in d.live
+    capped = MostFreeDispatcher(num_engines=1, blocks_per_engine=10, block_size=4, max_request_tokens=20)
+    assert capped.choose("long", 18, 3) == REJECTED and capped.choose("ok", 17, 3) == 0
 
 
 @settings(max_examples=40, deadline=None)
@@ -66,7 +68,7 @@ def test_vllm_m_and_vllm_s_layouts():
 @pytest.mark.parametrize("kwargs, match", [
     ({"policy": "vllm-x"}, "unknown vLLM policy"), ({"device": "tpu"}, "unknown device"),
     ({"num_devices": 6, "tp": 4}, "do not split"), ({"policy": "vllm-s", "num_devices": 12}, "whole nodes"),
-    ({"tp": 16, "num_devices": 16}, "does not fit a node"), ({"blocks_per_engine": 0}, "blocks per engine"),
+    ({"tp": 16, "num_devices": 16}, "does not fit a node"), ({"blocks_per_engine": 3, "max_model_len": 100}, "hold less"),
     ({"max_model_len": 0}, ">= 1"),
 ])
 def test_bad_setups_are_input_errors(kwargs, match):
@@ -75,12 +77,12 @@ def test_bad_setups_are_input_errors(kwargs, match):
 
 
 def test_engine_kwargs_translate_the_setup():
-    cpu = engine_kwargs(VllmSetup("vllm-m", 2, blocks_per_engine=40, block_size=32, max_model_len=512), "/m")
+    cpu = engine_kwargs(VllmSetup("vllm-m", 2, blocks_per_engine=40, block_size=32, max_model_len=1024), "/m")
     assert len(cpu) == 2
     k = cpu[0]
     assert k["model"] == "/m" and k["skip_tokenizer_init"] and k["dtype"] == "float32"
     assert (k["tensor_parallel_size"], k["pipeline_parallel_size"]) == (1, 1)
-    assert k["num_gpu_blocks_override"] == 40 and k["block_size"] == 32 and k["max_model_len"] == 512
+    assert k["num_gpu_blocks_override"] == 40 and k["block_size"] == 32 and k["max_model_len"] == 1024
     assert k["enable_prefix_caching"] is False and k["enforce_eager"] is True
     assert "distributed_executor_backend" not in k
     (gpu,) = engine_kwargs(VllmSetup("vllm-s", 16, device="cuda", dtype="bfloat16"), "/m")
@@ -91,12 +93,13 @@ def test_engine_kwargs_translate_the_setup():
 
 def test_build_job_checks_lengths_and_defaults_arrivals():
     setup = VllmSetup(blocks_per_engine=8, max_model_len=64)
-    job = build_job(setup, "/m", [[1, 2, 3], [4]], [5, 6])
-    assert [r["arrival_s"] for r in job["requests"]] == [0.0, 0.0]
+    job = build_job(setup, "/m", [[1, 2, 3], [4] * 70], [5, 6], [0.0, 1.5])
+    assert [r["arrival_s"] for r in job["requests"]] == [0.0, 1.5]
     assert job["blocks_per_engine"] == 8 and job["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert job["max_model_len"] == 64 and job["block_size"] == 32
+    assert [r["max_tokens"] for r in job["requests"]] == [5, 6]  # too long for 64: the runner rejects it
     json.dumps(job)
-    with pytest.raises(InputError, match="max model"):
-        build_job(setup, "/m", [[1] * 60], [10])
+    assert [r["arrival_s"] for r in build_job(setup, "/m", [[1]], [1])["requests"]] == [0.0]
     with pytest.raises(InputError, match="one entry per request"):
         build_job(setup, "/m", [[1]], [1, 2])
     with pytest.raises(InputError, match="no requests"):
@@ -173,7 +176,7 @@ def test_runner_failure_is_one_line(tmp_path):
                     f"echo 'Traceback (most recent call last):' >&2\necho 'RuntimeError: no KV room' >&2\nexit 1\n")
     fake.chmod(0o755)
     check_vllm.cache_clear()
-    job = build_job(VllmSetup(blocks_per_engine=4), "/m", [[1, 2]], [2])
+    job = build_job(VllmSetup(blocks_per_engine=4, max_model_len=128), "/m", [[1, 2]], [2])
     with pytest.raises(InputError, match="vLLM failed: RuntimeError: no KV room"):
         run_job(job, python=str(fake))
 
