@@ -130,6 +130,14 @@ class RayEngine(Engine):
             self.recover()
             return []
 
+    @property
+    def has_work(self) -> bool:
+        try:
+            return super().has_work
+        except RayActorError:
+            self.recover()
+            return super().has_work
+
     def dead_instances(self) -> list[int]:
         dead = []
         for inst in self.instances:

@@ -113,13 +113,19 @@ class SchedulerView:
     def __init__(self, handle):
         self.handle = handle
 
+    def _quiet(self, name: str) -> list:
+        try:
+            return ray.get(self.handle.sched_call.remote(name))
+        except RayActorError:  # a dead instance runs nothing; the engine's recovery re-dispatches its requests
+            return []
+
     @property
     def waiting(self) -> list:
-        return ray.get(self.handle.sched_call.remote("waiting"))
+        return self._quiet("waiting")
 
     @property
     def running(self) -> list:
-        return ray.get(self.handle.sched_call.remote("running"))
+        return self._quiet("running")
 
     def add(self, seq) -> None:
         ray.get(self.handle.sched_call.remote("add", seq))

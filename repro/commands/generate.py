@@ -20,8 +20,13 @@ from repro.options import parse_int_list
 @click.option("--ignore-eos", is_flag=True, help="Generate --max-new-tokens even past the EOS token.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--json", "as_json", is_flag=True, help='Print {"token_ids": [[...]], "placement": [...]}.')
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: one process; ray: each instance and the gManager a Ray actor.")
+@click.option("--address", default=None, help="With --backend ray: a Ray cluster to join (default: start one here).")
+@click.option("--ray-cpus", default=2, show_default=True, type=click.IntRange(min=1),
+              help="With --backend ray and no --address: CPUs of the Ray started here.")
 def generate(model_spec, instances, blocks_per_instance, block_size, prompt_ids, prompt_len, max_new_tokens,
-             no_pooling, ignore_eos, seed, as_json):
+             no_pooling, ignore_eos, seed, as_json, backend, address, ray_cpus):
     """Greedy generation on the local backend; prints the tokens and where each request's rBlocks ended up.
 
     With a small --blocks-per-instance the KV spills to other instances and the tokens stay the same."""
@@ -40,7 +45,16 @@ def generate(model_spec, instances, blocks_per_instance, block_size, prompt_ids,
         prompts = [parse_int_list(p, "--prompt-ids") for p in prompt_ids]
     config = EngineConfig(num_instances=instances, blocks_per_instance=blocks_per_instance, block_size=block_size,
                           pooling=not no_pooling, seed=seed)
-    result = run_generate(model, prompts, max_new_tokens, config, ignore_eos=ignore_eos)
+    if backend == "ray":
+        from reference_impl.backends.ray import RayConfig
+        from reference_impl.backends.ray import generate as ray_generate
+
+        result = ray_generate(model, prompts, max_new_tokens, config, RayConfig(address=address, num_cpus=ray_cpus),
+                              ignore_eos=ignore_eos)
+        for i, reason in sorted(result.failed.items()):
+            click.echo(f"request {i} failed: {reason}", err=True)
+    else:
+        result = run_generate(model, prompts, max_new_tokens, config, ignore_eos=ignore_eos)
     placement = [[{"inst_id": i, "num_blocks": n} for i, n in sorted(p.items())] for p in result.placement]
     if as_json:
         click.echo(json.dumps({"token_ids": result.token_ids, "placement": placement}))
