@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 # set TORCH_SPEC=torch on a CUDA machine to take the default build.
 TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || echo torch==2.13.0)
 EXTRAS ?= test
-PYTEST_ARGS ?= -n 2
+# loadgroup: tests marked xdist_group (the Ray backend's, one private Ray) stay on one worker
+PYTEST_ARGS ?= -n 2 --dist loadgroup
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
 .PHONY: setup test test-gpu check-attention bench-attention clean
