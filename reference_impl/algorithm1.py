@@ -74,9 +74,32 @@ def after_move(debtor: InstanceView, creditor: InstanceView, req_id: int, k: int
     return d, c
 
 
+def best_block_count(tps, limit: int, max_evals: int | None = None) -> int:
+    """The smallest k in [0, limit] maximising tps(k). With `max_evals`, a coarse grid of that many points
+    then every k within one grid step of the best (exact when tps is unimodal in k; the simulator uses it
+    so a round costs O(instances), not O(blocks))."""
+    memo: dict[int, float] = {}
+
+    def value(k: int) -> float:
+        if k not in memo:
+            memo[k] = tps(k)
+        return memo[k]
+
+    if max_evals is None or limit + 1 <= max_evals:
+        ks = range(limit + 1)
+    else:
+        step = -(-limit // (max(2, max_evals) - 1))
+        coarse = sorted(set(range(0, limit + 1, step)) | {limit})
+        best = max(coarse, key=lambda k: (value(k), -k))
+        ks = sorted(set(coarse) | set(range(max(0, best - step + 1), min(limit, best + step - 1) + 1)))
+    return max(ks, key=lambda k: (value(k), -k))
+
+
 def plan_moves(views: dict[int, InstanceView], model: PerfModel, block_size: int, beta_thres: int,
-               util_thres: float, *, frozen=frozenset(), skip=frozenset()) -> list[MoveKVCache]:
-    """Algorithm 1 over `views` (updated in place as moves are planned); returns the moves."""
+               util_thres: float, *, frozen=frozenset(), skip=frozenset(),
+               max_k_evals: int | None = None) -> list[MoveKVCache]:
+    """Algorithm 1 over `views` (updated in place as moves are planned); returns the moves.
+    `max_k_evals`: see `best_block_count` (None: every k, as the paper)."""
     debtors = sorted((v for v in views.values()
                       if 0 < v.batch_size <= beta_thres and v.lent_blocks == 0 and v.inst_id not in skip),
                      key=lambda v: (v.batch_size, v.inst_id))
@@ -98,12 +121,12 @@ def plan_moves(views: dict[int, InstanceView], model: PerfModel, block_size: int
             creditor = order[0]
             visited.add(creditor.inst_id)
             debtor = views[debtor_id]
-            best_k, best_tps = 0, None
-            for k in range(0, min(block_max, creditor.lendable_blocks) + 1):
+
+            def pair_tps(k: int) -> float:
                 d, c = after_move(debtor, creditor, req_id, k)
-                tps = instance_tps(model, d, block_size) + instance_tps(model, c, block_size)
-                if best_tps is None or tps > best_tps:
-                    best_k, best_tps = k, tps
+                return instance_tps(model, d, block_size) + instance_tps(model, c, block_size)
+
+            best_k = best_block_count(pair_tps, min(block_max, creditor.lendable_blocks), max_k_evals)
             if best_k <= 0:
                 break
             moves.append(MoveKVCache(req_id, best_k, creditor.inst_id))

@@ -23,6 +23,7 @@ class GManagerConfig:
     num_candidates: int = 3  # creditor recommendations per query (distkv-llm 4.4)
     instances_per_node: int = 8  # locality: creditors on the debtor's node come first
     dgfm_min_blocks: int = 1  # DGFM swaps a cycle only when its smallest debt is at least this
+    max_k_evals: int | None = None  # Algorithm 1's block-count search: None = every k; else coarse-to-fine
 
 
 class GManager:
@@ -117,7 +118,8 @@ class GManager:
         homes = self.homes()
         recalled = {homes[m.req_id] for m in recalls}
         return recalls + plan_moves(views, self.perf_model, self.config.block_size, self.config.beta_thres,
-                                    self.config.util_thres, frozen=self.frozen, skip=recalled)
+                                    self.config.util_thres, frozen=self.frozen, skip=recalled,
+                                    max_k_evals=self.config.max_k_evals)
 
     def plan_dgfm(self, rng: np.random.Generator) -> Swap | None:
         """A DGFM swap on one debt cycle, its requests frozen until `swap_done`."""

@@ -65,8 +65,9 @@ class Summary:
     num_finished: int
     num_rejected: int
     num_unfinished: int
-    output_tok_s: float  # generated tokens of finished requests / (last finish - first arrival)
-    total_tok_s: float  # (prompt + generated) tokens of finished requests over the same span
+    output_tok_s: float  # tokens generated while requests arrive (first to last arrival) / that span
+    completion_tok_s: float  # generated tokens of finished requests / (last finish - first arrival)
+    total_tok_s: float  # (prompt + generated) tokens of finished requests / (last finish - first arrival)
     mean_latency_s: float | None
     mean_norm_latency_s: float | None  # mean over requests of latency / output tokens (vLLM's metric)
     p99_latency_s: float | None
@@ -78,14 +79,22 @@ def summarize(result: SimResult) -> Summary:
     done = result.finished
     n = len(result.requests)
     if not done:
-        return Summary(n, 0, result.count(REJECTED), result.count(UNFINISHED), 0.0, 0.0, None, None, None, None, 0.0)
+        return Summary(n, 0, result.count(REJECTED), result.count(UNFINISHED), 0.0, 0.0, 0.0, None, None, None, None,
+                       0.0)
     start = min(r.arrival_s for r in result.requests)
     span = max(r.finish_s for r in done) - start
+    window_s = max(r.arrival_s for r in result.requests) - start
     out = sum(r.output_len for r in done)
     lat = np.array([r.latency_s for r in done])
     norm = np.array([r.latency_s / r.output_len for r in done])
     ttft = np.array([r.first_token_s - r.arrival_s for r in done])
-    return Summary(n, len(done), result.count(REJECTED), result.count(UNFINISHED),
+    if window_s > 0:
+        ends = np.asarray(result.step_end_s)
+        in_window = (ends >= start) & (ends <= start + window_s)
+        window_tok_s = float(np.asarray(result.step_tokens, dtype=float)[in_window].sum()) / window_s
+    else:
+        window_tok_s = out / span if span > 0 else 0.0
+    return Summary(n, len(done), result.count(REJECTED), result.count(UNFINISHED), window_tok_s,
                    out / span if span > 0 else 0.0,
                    (out + sum(r.prompt_len for r in done)) / span if span > 0 else 0.0,
                    float(lat.mean()), float(norm.mean()), float(np.percentile(lat, 99)), float(ttft.mean()),
