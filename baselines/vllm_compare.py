@@ -8,6 +8,7 @@ import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import torch
 
 from baselines.vllm_backend import random_prompts, run_vllm
 from baselines.vllm_config import VllmSetup
@@ -28,6 +29,7 @@ class CompareConfig:
     max_output_len: int = 32
     block_size: int = 32  # vLLM's CPU attention needs a multiple of 32; our engine runs the same size
     max_batch_size: int = 64
+    cpu_threads: int = 1  # torch threads of our engine = OpenMP threads vLLM binds (its CPU default on 2 cores)
     seed: int = 0
 
 
@@ -86,10 +88,15 @@ def compare(config: CompareConfig, *, log_path: str | None = None, python: str |
     max_len = max(len(p) + m for p, m in zip(prompts, max_tokens))
     engine_config = EngineConfig(1, need, block_size=config.block_size, max_batch_size=config.max_batch_size,
                                  seed=config.seed)
-    local_served, local_tokens, local_run_s = serve_local(model, prompts, max_tokens, engine_config)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.cpu_threads)
+    try:
+        local_served, local_tokens, local_run_s = serve_local(model, prompts, max_tokens, engine_config)
+    finally:
+        torch.set_num_threads(threads)
     setup = VllmSetup("vllm-m", 1, block_size=config.block_size, blocks_per_engine=need,
                       max_model_len=-(-max_len // config.block_size) * config.block_size,
-                      max_num_seqs=config.max_batch_size, seed=config.seed)
+                      max_num_seqs=config.max_batch_size, cpu_threads=config.cpu_threads, seed=config.seed)
     with tempfile.TemporaryDirectory(prefix="compare-vllm-") as scratch:
         folder = model_folder(config.model, model, scratch)
         run = run_vllm(setup, folder, prompts, max_tokens, python=python, log_path=log_path)

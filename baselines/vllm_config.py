@@ -24,6 +24,7 @@ class VllmSetup:
     dtype: str = "float32"
     device: str = "cpu"
     cpu_kvcache_gb: int = 1  # VLLM_CPU_KVCACHE_SPACE of each engine on CPU
+    cpu_threads: int | None = None  # CPU: bind each engine's OpenMP threads to cores 0..n-1; None: vLLM's "auto"
     seed: int = 0
 
     def __post_init__(self):
@@ -34,6 +35,8 @@ class VllmSetup:
         if min(self.num_devices, self.tp, self.gpus_per_node, self.block_size, self.max_model_len,
                self.max_num_seqs, self.cpu_kvcache_gb) < 1:
             raise InputError("vLLM setup counts (devices, tp, block size, max model length, max seqs) must be >= 1")
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise InputError(f"cpu threads must be >= 1, got {self.cpu_threads}")
         if self.blocks_per_engine is not None and self.blocks_per_engine * self.block_size < self.max_model_len:
             raise InputError(f"{self.blocks_per_engine} KV blocks of {self.block_size} tokens hold less than the max "
                              f"model length {self.max_model_len} (vLLM refuses that); lower it or add blocks")
@@ -85,7 +88,10 @@ def engine_env(setup: VllmSetup) -> dict[str, str]:
     """Environment variables the vLLM process needs for `setup`."""
     if setup.device != "cpu":
         return {}
-    return {"VLLM_CPU_KVCACHE_SPACE": str(setup.cpu_kvcache_gb), "VLLM_TARGET_DEVICE": "cpu"}
+    env = {"VLLM_CPU_KVCACHE_SPACE": str(setup.cpu_kvcache_gb), "VLLM_TARGET_DEVICE": "cpu"}
+    if setup.cpu_threads is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "0" if setup.cpu_threads == 1 else f"0-{setup.cpu_threads - 1}"
+    return env
 
 
 def dispatch_capacity_blocks(setup: VllmSetup) -> int:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from baselines import vllm_backend
 from baselines.vllm_backend import build_job, check_vllm, random_prompts, run_job, stage_runner
 from baselines.vllm_compare import agreement
-from baselines.vllm_config import VllmSetup, engine_kwargs
+from baselines.vllm_config import VllmSetup, engine_env, engine_kwargs
 from baselines.vllm_dispatch import REJECTED, MostFreeDispatcher
 from baselines.vllm_metrics import ServedRequest, from_runner, summarize
 from baselines.vllm_model import save_hf_folder
@@ -89,6 +89,9 @@ def test_engine_kwargs_translate_the_setup():
     assert (gpu["tensor_parallel_size"], gpu["pipeline_parallel_size"]) == (8, 2)
     assert gpu["distributed_executor_backend"] == "ray" and "enforce_eager" not in gpu
     assert "num_gpu_blocks_override" not in gpu
+    assert engine_env(VllmSetup(cpu_threads=2))["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_env(VllmSetup())
+    assert engine_env(VllmSetup(device="cuda", cpu_threads=1)) == {}
 
 
 def test_build_job_checks_lengths_and_defaults_arrivals():
@@ -188,3 +191,21 @@ def test_staged_runner_imports_only_its_dispatch(tmp_path):
     for name in ("vllm_runner.py", "vllm_dispatch.py"):
         text = (src / "baselines" / name).read_text()
         assert "reference_impl" not in text.split('"""', 2)[-1] and "import numpy" not in text
+
+
+@pytest.mark.parametrize("argv", [["generate", "--backend", "vllm", "--prompt-len", "5"],
+                                  ["compare-vllm", "--num-requests", "1"]])
+def test_cli_without_vllm_says_how_to_install(argv, tmp_path, monkeypatch, capsys):
+    from repro.cli import main
+
+    if vllm_backend.find_spec("vllm") is not None:
+        pytest.skip("this Python has vLLM")
+    monkeypatch.setenv("VLLM_PYTHON", sys.executable)
+    check_vllm.cache_clear()
+    out = tmp_path / "cmp.json"
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv + (["--out", str(out)] if argv[0] == "compare-vllm" else []))
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert err.count("\n") == 1 and err.startswith("error: vLLM does not import") and "make setup-vllm" in err
+    assert not out.exists()

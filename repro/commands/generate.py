@@ -20,8 +20,9 @@ from repro.options import parse_int_list
 @click.option("--ignore-eos", is_flag=True, help="Generate --max-new-tokens even past the EOS token.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--json", "as_json", is_flag=True, help='Print {"token_ids": [[...]], "placement": [...]}.')
-@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="local: one process; ray: each instance and the gManager a Ray actor.")
+@click.option("--backend", type=click.Choice(["local", "ray", "vllm"]), default="local", show_default=True,
+              help="local: one process; ray: each instance and the gManager a Ray actor; vllm: real vLLM engines "
+                   "(--instances of them, vLLM-M; `make setup-vllm`).")
 @click.option("--address", default=None, help="With --backend ray: a Ray cluster to join (default: start one here).")
 @click.option("--ray-cpus", default=2, show_default=True, type=click.IntRange(min=1),
               help="With --backend ray and no --address: CPUs of the Ray started here.")
@@ -43,6 +44,12 @@ def generate(model_spec, instances, blocks_per_instance, block_size, prompt_ids,
         prompts = [np.random.default_rng(seed).integers(0, model.config.vocab_size, prompt_len).tolist()]
     else:
         prompts = [parse_int_list(p, "--prompt-ids") for p in prompt_ids]
+    if backend == "vllm":
+        from baselines.vllm_generate import echo_generate_vllm
+
+        echo_generate_vllm(model_spec, prompts, max_new_tokens, num_engines=instances, ignore_eos=ignore_eos,
+                           seed=seed, as_json=as_json)
+        return
     config = EngineConfig(num_instances=instances, blocks_per_instance=blocks_per_instance, block_size=block_size,
                           pooling=not no_pooling, seed=seed)
     if backend == "ray":
