@@ -5,6 +5,7 @@ from repro.lazy_group import LazyGroup
 BENCHMARKS = {
     "attention": "repro.commands.bench_attention:bench_attention",
     "engine": "repro.commands.bench_engine:bench_engine",
+    "ray": "repro.commands.bench_ray:bench_ray",
 }
 
 
