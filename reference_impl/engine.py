@@ -59,6 +59,7 @@ class Engine:
             self.instances.append(Instance(rm, Scheduler(rm, config.block_size, config.max_batch_size, recommend), chunk))
         self.rmanagers = peers
         self.num_steps = 0
+        self.num_swaps = 0  # DGFM swaps carried out
         self.finished: list[Sequence] = []
 
     def recommend(self, debtor_inst: int, num_blocks: int) -> list[int]:
@@ -101,6 +102,7 @@ class Engine:
             if swap is not None:
                 execute_swap(swap, self.rmanagers, self.backend.copy_blocks)
                 self.gmanager.swap_done(swap)
+                self.num_swaps += 1
         return accepted
 
     def step(self) -> list[Sequence]:

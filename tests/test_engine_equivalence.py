@@ -55,10 +55,11 @@ def test_engine_matches_transformers(hf_folder):
     model = load_model(hf_folder)
     roomy = generate(model, PROMPTS, NUM_NEW, EngineConfig(1, 64, block_size=BLOCK), ignore_eos=True,
                      record_logits=True)
-    remote_fraction = []
+    remote_fraction, swaps = [], []
 
     def spread(engine):
         spread_moves(engine)
+        swaps.append(engine.num_swaps)
         blocks = [(rm.inst_id, b.inst_id) for rm in engine.rmanagers.values() for t in rm.tables.values() for b in t]
         if blocks:
             remote_fraction.append(sum(h != w for h, w in blocks) / len(blocks))
@@ -66,6 +67,7 @@ def test_engine_matches_transformers(hf_folder):
     spread_cfg = EngineConfig(4, 12, block_size=BLOCK, move_chunk_tokens=8, gmanager_interval_steps=3)
     spread = generate(model, PROMPTS, NUM_NEW, spread_cfg, ignore_eos=True, record_logits=True, on_step=spread)
     assert max(remote_fraction) > 0.5 and sum(remote_fraction) / len(remote_fraction) > 0.5
+    assert swaps[-1] > 0  # DGFM recalled and swapped real KV on the way
     assert all(len(p) >= 3 for p in spread.placement)  # each request ended on three or more instances
     for i, prompt in enumerate(PROMPTS):
         ref_tokens, ref_logits = hf_greedy(hf_folder, prompt)
