@@ -119,6 +119,11 @@ class RayEngine(Engine):
         self.home_of[seq.req_id] = inst_id
         return inst_id
 
+    def heartbeats(self, full: bool = False) -> None:
+        """As `Engine.heartbeats`, the instances asked in parallel (each builds status and heartbeat at once)."""
+        for hb in ray.get([inst.handle.heartbeat.remote(full) for inst in self.instances]):
+            self.gmanager.heartbeat(hb)
+
     def restart_gmanager(self) -> None:
         """Kill the gManager actor; Ray restarts it and the next call rebuilds its map from full heartbeats."""
         ray.kill(self.gm_actor, no_restart=False)

@@ -149,6 +149,9 @@ class InstanceActor:
             return self.instance.status()
         raise ValueError(f"unknown scheduler call {name!r}")
 
+    def heartbeat(self, full: bool):
+        return self.rm.heartbeat(self.instance.status(), full=full)
+
     def step(self):
         """One instance step -> (finished sequences, [(req_id, new tokens)], whether a peer failed)."""
         seqs = list(self.scheduler.running) + list(self.scheduler.waiting)

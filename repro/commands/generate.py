@@ -26,8 +26,10 @@ from repro.options import parse_int_list
 @click.option("--address", default=None, help="With --backend ray: a Ray cluster to join (default: start one here).")
 @click.option("--ray-cpus", default=2, show_default=True, type=click.IntRange(min=1),
               help="With --backend ray and no --address: CPUs of the Ray started here.")
+@click.option("--gpus-per-instance", default=0.0, show_default=True, type=click.FloatRange(min=0),
+              help="With --backend ray: GPUs of each instance's placement-group bundle (0: run on CPU).")
 def generate(model_spec, instances, blocks_per_instance, block_size, prompt_ids, prompt_len, max_new_tokens,
-             no_pooling, ignore_eos, seed, as_json, backend, address, ray_cpus):
+             no_pooling, ignore_eos, seed, as_json, backend, address, ray_cpus, gpus_per_instance):
     """Greedy generation on the local backend; prints the tokens and where each request's rBlocks ended up.
 
     With a small --blocks-per-instance the KV spills to other instances and the tokens stay the same."""
@@ -56,8 +58,8 @@ def generate(model_spec, instances, blocks_per_instance, block_size, prompt_ids,
         from reference_impl.backends.ray import RayConfig
         from reference_impl.backends.ray import generate as ray_generate
 
-        result = ray_generate(model, prompts, max_new_tokens, config, RayConfig(address=address, num_cpus=ray_cpus),
-                              ignore_eos=ignore_eos)
+        ray_config = RayConfig(address=address, num_cpus=ray_cpus, gpus_per_instance=gpus_per_instance)
+        result = ray_generate(model, prompts, max_new_tokens, config, ray_config, ignore_eos=ignore_eos)
         for i, reason in sorted(result.failed.items()):
             click.echo(f"request {i} failed: {reason}", err=True)
     else:
