@@ -169,7 +169,10 @@ def load_model(path: str | Path, dtype=torch.float32) -> LlamaModel:
 
     weights = {}
     for f in files:
-        weights.update(load_file(str(f)))
+        try:
+            weights.update(load_file(str(f)))
+        except Exception as exc:  # safetensors raises its own error types for truncated or foreign files
+            raise InputError(f"cannot read {f}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     weights = {k: v for k, v in weights.items() if not k.endswith("rotary_emb.inv_freq")}
     expected = weight_shapes(config)
     missing = sorted(set(expected) - set(weights))

@@ -68,3 +68,12 @@ def test_budget_too_small(capsys):
 def test_malformed_prompt_ids(capsys):
     err = run_failing(["--prompt-ids", "1,x"], capsys)
     assert "--prompt-ids" in err
+
+
+def test_corrupt_weights(tmp_path, capsys):
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 32, "hidden_size": 16,
+              "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
+    err = run_failing(["--model", str(tmp_path), "--prompt-ids", "1"], capsys)
+    assert err.startswith("error: cannot read") and len(err.splitlines()) == 1
