@@ -1,5 +1,7 @@
 """The heart of it: per-step logits of the engine with one roomy instance, of the engine with most KV remote
 (small budgets, KV spilling and moving between instances), and of transformers' LlamaForCausalLM agree."""
+import os
+
 import pytest
 import torch
 
@@ -7,6 +9,7 @@ from reference_impl.backends.local import generate
 from reference_impl.engine import EngineConfig
 from reference_impl.model import load_model
 
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: never reach the Hub
 transformers = pytest.importorskip("transformers")
 
 PROMPTS = [[3, 17, 99, 4, 250, 8, 61, 12, 5, 77, 31, 2], [200, 1, 45, 45, 9, 130, 7, 88, 19, 240, 66, 3, 14, 90]]
