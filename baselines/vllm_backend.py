@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from baselines.vllm_config import VllmSetup, dispatch_capacity_blocks, engine_env, engine_kwargs
-from baselines.vllm_metrics import ServedRequest, from_runner
+from baselines.vllm_metrics import ServedRequest, from_runner, summarize
 from reference_impl.errors import InputError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +38,11 @@ class VllmRun:
     run_s: float  # first arrival to last token
     python: str = ""
     setup: dict = field(default_factory=dict)
+    step_end_s: list[float] = field(default_factory=list)  # per engine step that generated tokens
+    step_tokens: list[int] = field(default_factory=list)
+
+    def summary(self):
+        return summarize(self.served, self.step_end_s, self.step_tokens)
 
 
 def vllm_python() -> str:
@@ -143,4 +148,5 @@ def run_vllm(setup: VllmSetup, model_dir: str | Path, prompts: list[list[int]], 
     out = run_job(job, python=python, log_path=log_path)
     served = from_runner(out["requests"], job["requests"])
     tokens = [rec["output_ids"] for rec in out["requests"]]
-    return VllmRun(served, tokens, out["vllm_version"], out["startup_s"], out["run_s"], python, asdict(setup))
+    return VllmRun(served, tokens, out["vllm_version"], out["startup_s"], out["run_s"], python, asdict(setup),
+                   out["step_end_s"], out["step_tokens"])
