@@ -156,6 +156,9 @@ class RManager:
 
     def alloc_prompt(self, req_id: int, num_blocks: int, recommend: Recommend | None = None) -> bool:
         """Admit a request with `num_blocks` rBlocks: local ones first, the rest on creditors; all or none."""
+        if num_blocks > self.num_free and (recommend is None or num_blocks > self.num_free + sum(
+                p.num_lendable for i, p in self.peers.items() if i != self.inst_id)):
+            return False  # cannot fit anywhere now: refuse before allocating (admission is retried every step)
         self.add_request(req_id)
         while len(self.tables[req_id]) < num_blocks:
             missing = num_blocks - len(self.tables[req_id])

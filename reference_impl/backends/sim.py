@@ -158,7 +158,8 @@ def simulate(config: SimConfig, requests, *, max_sim_s: float = float("inf"), on
         heapq.heappush(queue, (0.0, next(order), ROUND, None))
     pending = len(requests)
     arrivals_left = len(requests)
-    idle_rounds, progress = 0, -1
+    idle_rounds = 0
+    computing = [False] * config.num_instances  # a step with work is in flight
 
     def wake(inst_id: int, at_s: float) -> None:
         if not busy[inst_id] and engine.instances[inst_id].has_work:
@@ -188,8 +189,9 @@ def simulate(config: SimConfig, requests, *, max_sim_s: float = float("inf"), on
                 m = metrics[seq.req_id]
                 m.status, m.finish_s, m.num_preemptions = FINISHED, now_s + backend.duration_s, seq.num_preemptions
                 pending -= 1
-            busy[item] = False
+            busy[item] = computing[item] = False
             if backend.duration_s is not None:
+                computing[item] = True
                 busy[item] = True
                 heapq.heappush(queue, (now_s + backend.duration_s, next(order), STEP, item))
             elif backend.move_tokens.get(item):
@@ -202,9 +204,7 @@ def simulate(config: SimConfig, requests, *, max_sim_s: float = float("inf"), on
             result.num_gmanager_rounds += 1
             for i in range(config.num_instances):
                 wake(i, now_s)
-            now_progress = result.num_steps + result.num_moved_blocks
-            idle_rounds = 0 if now_progress != progress or arrivals_left else idle_rounds + 1
-            progress = now_progress
+            idle_rounds = 0 if any(computing) or arrivals_left else idle_rounds + 1
             if idle_rounds < MAX_IDLE_ROUNDS:
                 heapq.heappush(queue, (now_s + config.gmanager_interval_s, next(order), ROUND, None))
         result.end_s = max(result.end_s, now_s)
