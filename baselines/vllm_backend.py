@@ -88,22 +88,24 @@ def random_prompts(lengths: list[int], vocab_size: int, rng: np.random.Generator
     return [rng.integers(0, vocab_size, n).tolist() for n in lengths]
 
 
-def build_job(setup: VllmSetup, model_dir: str | Path, prompts: list[list[int]], max_tokens: list[int],
-              arrivals_s: list[float] | None = None, *, ignore_eos: bool = True) -> dict:
-    """The runner's job: engines of `setup` and one request per prompt (all at t=0 without arrivals).
+def requests_of(prompts: list[list[int]], max_tokens: list[int], arrivals_s: list[float] | None = None) -> list[dict]:
+    """The runner's request records, one per prompt (all arriving at t=0 without arrivals).
 
-    A request longer than max_model_len or one engine's KV is not sent to vLLM: the runner records it rejected."""
+    A request longer than max_model_len or one engine's KV is still listed: the runner records it rejected."""
     if len(prompts) != len(max_tokens) or (arrivals_s is not None and len(arrivals_s) != len(prompts)):
         raise InputError("prompts, max_tokens and arrivals must have one entry per request")
     if not prompts:
         raise InputError("no requests to run")
     arrivals_s = arrivals_s if arrivals_s is not None else [0.0] * len(prompts)
-    requests = [{"req_id": i, "arrival_s": float(a), "prompt_ids": [int(t) for t in p], "max_tokens": int(m)}
-                for i, (p, m, a) in enumerate(zip(prompts, max_tokens, arrivals_s))]
+    return [{"req_id": i, "arrival_s": float(a), "prompt_ids": [int(t) for t in p], "max_tokens": int(m)}
+            for i, (p, m, a) in enumerate(zip(prompts, max_tokens, arrivals_s))]
+
+
+def build_job(setup: VllmSetup, model_dir: str | Path, rounds: list[list[dict]], *, ignore_eos: bool = True) -> dict:
+    """The runner's job: engines of `setup`, started once, serving each round of requests in turn."""
     return {"engines": engine_kwargs(setup, str(model_dir)), "env": engine_env(setup),
             "blocks_per_engine": dispatch_capacity_blocks(setup), "block_size": setup.block_size,
-            "max_model_len": setup.max_model_len,
-            "ignore_eos": ignore_eos, "requests": requests}
+            "max_model_len": setup.max_model_len, "ignore_eos": ignore_eos, "rounds": rounds}
 
 
 def stage_runner(folder: Path) -> Path:
@@ -143,10 +145,19 @@ def run_vllm(setup: VllmSetup, model_dir: str | Path, prompts: list[list[int]], 
              arrivals_s: list[float] | None = None, *, ignore_eos: bool = True, python: str | None = None,
              log_path: str | None = None) -> VllmRun:
     """Serve the prompts on real vLLM engines of `setup`; per-request records and generated token ids."""
-    job = build_job(setup, model_dir, prompts, max_tokens, arrivals_s, ignore_eos=ignore_eos)
+    return run_vllm_rounds(setup, model_dir, [requests_of(prompts, max_tokens, arrivals_s)], ignore_eos=ignore_eos,
+                           python=python, log_path=log_path)[0]
+
+
+def run_vllm_rounds(setup: VllmSetup, model_dir: str | Path, rounds: list[list[dict]], *, ignore_eos: bool = True,
+                    python: str | None = None, log_path: str | None = None) -> list[VllmRun]:
+    """Several rounds of requests (from requests_of) on the same engines, started once; one VllmRun per round."""
+    job = build_job(setup, model_dir, rounds, ignore_eos=ignore_eos)
     python = python or vllm_python()
     out = run_job(job, python=python, log_path=log_path)
-    served = from_runner(out["requests"], job["requests"])
-    tokens = [rec["output_ids"] for rec in out["requests"]]
-    return VllmRun(served, tokens, out["vllm_version"], out["startup_s"], out["run_s"], python, asdict(setup),
-                   out["step_end_s"], out["step_tokens"])
+    runs = []
+    for requests, done in zip(rounds, out["rounds"]):
+        runs.append(VllmRun(from_runner(done["requests"], requests), [rec["output_ids"] for rec in done["requests"]],
+                            out["vllm_version"], out["startup_s"], done["run_s"], python, asdict(setup),
+                            done["step_end_s"], done["step_tokens"]))
+    return runs

@@ -12,10 +12,11 @@ import torch
 
 from baselines.vllm_backend import random_prompts, run_vllm
 from baselines.vllm_config import VllmSetup
-from baselines.vllm_metrics import FINISHED, ServedRequest, summarize
+from baselines.vllm_metrics import FINISHED, REJECTED, ServedRequest, summarize
 from baselines.vllm_model import model_folder, resolve_for_vllm
 from reference_impl.backends.local import LocalBackend, check_prompts
 from reference_impl.engine import Engine, EngineConfig
+from reference_impl.errors import InputError
 from reference_impl.model import LlamaModel
 from reference_impl.sequence import Sequence, num_blocks_for
 
@@ -44,26 +45,51 @@ def workload(config: CompareConfig, vocab_size: int) -> tuple[list[list[int]], l
     return prompts, [min(r.output_len, config.max_output_len) for r in reqs]
 
 
-def serve_local(model: LlamaModel, prompts: list[list[int]], max_tokens: list[int], config: EngineConfig):
-    """(served records, token ids per request, run seconds) of our engine serving all prompts from t=0."""
+@dataclass(slots=True)
+class LocalRun:
+    served: list[ServedRequest]
+    token_ids: list[list[int]]
+    run_s: float
+    step_end_s: list[float]
+    step_tokens: list[int]
+
+
+def serve_local(model: LlamaModel, prompts: list[list[int]], max_tokens: list[int], config: EngineConfig,
+                arrivals_s: list[float] | None = None) -> LocalRun:
+    """Our engine serving the prompts as they arrive on the wall clock (all at t=0 without arrivals).
+
+    A request that fits nowhere (Engine.check_fits) is recorded rejected, like vLLM-M's."""
     check_prompts(model, prompts)
+    arrivals_s = arrivals_s if arrivals_s is not None else [0.0] * len(prompts)
     engine = Engine(config, LocalBackend(model, config))
     seqs = [Sequence(i, list(p), m, None) for i, (p, m) in enumerate(zip(prompts, max_tokens))]
-    served = [ServedRequest(i, 0.0, len(p), m) for i, (p, m) in enumerate(zip(prompts, max_tokens))]
+    served = [ServedRequest(i, a, len(p), m) for i, (p, m, a) in enumerate(zip(prompts, max_tokens, arrivals_s))]
+    pending = sorted(range(len(seqs)), key=lambda i: (-arrivals_s[i], -i))
+    step_end_s, step_tokens, generated = [], [], 0
     t0 = time.perf_counter()
-    for seq in seqs:
-        served[seq.req_id].engine = engine.add_request(seq)
-
-    def stamp(_engine):
+    while pending or engine.has_work:
+        while pending and arrivals_s[pending[-1]] <= time.perf_counter() - t0:
+            i = pending.pop()
+            try:
+                served[i].engine = engine.add_request(seqs[i])
+            except InputError:
+                served[i].status = REJECTED
+        if not engine.has_work:
+            time.sleep(max(0.0, arrivals_s[pending[-1]] - (time.perf_counter() - t0)))
+            continue
+        engine.step()
         now_s = time.perf_counter() - t0
+        total = sum(len(s.output_ids) for s in seqs)
+        if total > generated:
+            step_end_s.append(now_s)
+            step_tokens.append(total - generated)
+            generated = total
         for seq, rec in zip(seqs, served):
             if seq.output_ids and rec.first_token_s is None:
                 rec.first_token_s = now_s
             if seq.is_finished and rec.finish_s is None:
                 rec.finish_s, rec.status, rec.output_len = now_s, FINISHED, len(seq.output_ids)
-
-    engine.run(on_step=stamp)
-    return served, [s.output_ids for s in seqs], time.perf_counter() - t0
+    return LocalRun(served, [s.output_ids for s in seqs], time.perf_counter() - t0, step_end_s, step_tokens)
 
 
 def agreement(ours: list[list[int]], theirs: list[list[int]]) -> dict:
@@ -91,7 +117,7 @@ def compare(config: CompareConfig, *, log_path: str | None = None, python: str |
     threads = torch.get_num_threads()
     torch.set_num_threads(config.cpu_threads)
     try:
-        local_served, local_tokens, local_run_s = serve_local(model, prompts, max_tokens, engine_config)
+        local = serve_local(model, prompts, max_tokens, engine_config)
     finally:
         torch.set_num_threads(threads)
     setup = VllmSetup("vllm-m", 1, block_size=config.block_size, blocks_per_engine=need,
@@ -100,13 +126,13 @@ def compare(config: CompareConfig, *, log_path: str | None = None, python: str |
     with tempfile.TemporaryDirectory(prefix="compare-vllm-") as scratch:
         folder = model_folder(config.model, model, scratch)
         run = run_vllm(setup, folder, prompts, max_tokens, python=python, log_path=log_path)
-    ours, theirs = summarize(local_served), run.summary()
+    ours, theirs = summarize(local.served, local.step_end_s, local.step_tokens), run.summary()
     return {
         "config": asdict(config), "vllm_setup": run.setup, "vllm_version": run.vllm_version,
         "model_dtype": str(model.dtype).removeprefix("torch."), "num_kv_blocks": need,
         "prompt_lens": [len(p) for p in prompts], "max_tokens": max_tokens,
-        "agreement": agreement(local_tokens, run.token_ids),
-        "local": {"summary": ours.to_dict(), "run_s": local_run_s},
+        "agreement": agreement(local.token_ids, run.token_ids),
+        "local": {"summary": ours.to_dict(), "run_s": local.run_s},
         "vllm": {"summary": theirs.to_dict(), "run_s": run.run_s, "startup_s": run.startup_s},
         "throughput_ratio": ours.completion_tok_s / theirs.completion_tok_s if theirs.completion_tok_s else None,
     }

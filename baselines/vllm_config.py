@@ -18,7 +18,7 @@ class VllmSetup:
     tp: int = 1  # vLLM-M: tensor parallel size of each engine (vLLM-S derives its own layout)
     gpus_per_node: int = 8
     block_size: int = 32  # tokens per KV block (vLLM 0.32's CPU attention takes multiples of 32 only)
-    blocks_per_engine: int | None = None  # KV blocks of each engine; None: vLLM sizes the cache from memory
+    blocks_per_engine: int | None = None  # usable KV blocks of each engine; None: vLLM sizes it from memory
     max_model_len: int = 2048
     max_num_seqs: int = 64
     dtype: str = "float32"
@@ -74,8 +74,8 @@ def engine_kwargs(setup: VllmSetup, model_dir: str) -> list[dict]:
             "enable_prefix_caching": False,  # our engine has none; workloads with shared prefixes would differ
             "disable_log_stats": True,
         }
-        if setup.blocks_per_engine is not None:
-            kwargs["num_gpu_blocks_override"] = setup.blocks_per_engine
+        if setup.blocks_per_engine is not None:  # vLLM's block pool keeps one block aside as its null block
+            kwargs["num_gpu_blocks_override"] = setup.blocks_per_engine + 1
         if setup.device == "cpu":
             kwargs["enforce_eager"] = True  # no graph capture or compile on CPU: startup in seconds
         if tp * pp > 1:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from baselines import vllm_backend
-from baselines.vllm_backend import build_job, check_vllm, random_prompts, run_job, stage_runner
+from baselines.vllm_backend import build_job, check_vllm, random_prompts, requests_of, run_job, stage_runner
 from baselines.vllm_compare import agreement
 from baselines.vllm_config import VllmSetup, engine_env, engine_kwargs
 from baselines.vllm_dispatch import REJECTED, MostFreeDispatcher
@@ -82,7 +82,7 @@ def test_engine_kwargs_translate_the_setup():
     k = cpu[0]
     assert k["model"] == "/m" and k["skip_tokenizer_init"] and k["dtype"] == "float32"
     assert (k["tensor_parallel_size"], k["pipeline_parallel_size"]) == (1, 1)
-    assert k["num_gpu_blocks_override"] == 40 and k["block_size"] == 32 and k["max_model_len"] == 1024
+    assert k["num_gpu_blocks_override"] == 41 and k["block_size"] == 32 and k["max_model_len"] == 1024
     assert k["enable_prefix_caching"] is False and k["enforce_eager"] is True
     assert "distributed_executor_backend" not in k
     (gpu,) = engine_kwargs(VllmSetup("vllm-s", 16, device="cuda", dtype="bfloat16"), "/m")
@@ -96,17 +96,18 @@ def test_engine_kwargs_translate_the_setup():
 
 def test_build_job_checks_lengths_and_defaults_arrivals():
     setup = VllmSetup(blocks_per_engine=8, max_model_len=64)
-    job = build_job(setup, "/m", [[1, 2, 3], [4] * 70], [5, 6], [0.0, 1.5])
-    assert [r["arrival_s"] for r in job["requests"]] == [0.0, 1.5]
+    requests = requests_of([[1, 2, 3], [4] * 70], [5, 6], [0.0, 1.5])
+    job = build_job(setup, "/m", [requests, requests_of([[1]], [1])])
+    assert [r["arrival_s"] for r in job["rounds"][0]] == [0.0, 1.5]
     assert job["blocks_per_engine"] == 8 and job["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert job["max_model_len"] == 64 and job["block_size"] == 32
-    assert [r["max_tokens"] for r in job["requests"]] == [5, 6]  # too long for 64: the runner rejects it
+    assert [r["max_tokens"] for r in job["rounds"][0]] == [5, 6]  # too long for 64: the runner rejects it
+    assert [r["arrival_s"] for r in job["rounds"][1]] == [0.0]
     json.dumps(job)
-    assert [r["arrival_s"] for r in build_job(setup, "/m", [[1]], [1])["requests"]] == [0.0]
     with pytest.raises(InputError, match="one entry per request"):
-        build_job(setup, "/m", [[1]], [1, 2])
+        requests_of([[1]], [1, 2])
     with pytest.raises(InputError, match="no requests"):
-        build_job(setup, "/m", [], [])
+        requests_of([], [])
 
 
 def test_random_prompts_are_seeded_and_in_vocabulary():
@@ -185,7 +186,7 @@ def test_runner_failure_is_one_line(tmp_path):
                     f"echo 'Traceback (most recent call last):' >&2\necho 'RuntimeError: no KV room' >&2\nexit 1\n")
     fake.chmod(0o755)
     check_vllm.cache_clear()
-    job = build_job(VllmSetup(blocks_per_engine=4, max_model_len=128), "/m", [[1, 2]], [2])
+    job = build_job(VllmSetup(blocks_per_engine=4, max_model_len=128), "/m", [requests_of([[1, 2]], [2])])
     with pytest.raises(InputError, match="vLLM failed: RuntimeError: no KV room"):
         run_job(job, python=str(fake))
 
@@ -230,3 +231,22 @@ def test_serving_point_fits_the_serving_schema():
     point = serving_point("vllm-s", 1.5, summarize(served, [0.2, 0.4], [1, 1]), wall_s=2.0)
     jsonschema.validate(point, {**schema["$defs"]["point"], "$defs": schema["$defs"]})
     assert point["num_unfinished"] == 1 and point["output_tok_s"] == pytest.approx(2 / 0.5)
+
+
+def test_serve_local_honours_arrivals_matches_generate_and_rejects_what_fits_nowhere():
+    from baselines.vllm_compare import serve_local
+    from reference_impl.backends.local import generate
+    from reference_impl.engine import EngineConfig
+    from reference_impl.model import ModelConfig
+
+    model = random_model(ModelConfig(vocab_size=64, hidden_size=64, intermediate_size=96, num_layers=2, num_heads=2,
+                                     num_kv_heads=1), seed=1)
+    prompts = [[1, 2, 3, 4, 5], [9, 8, 7], [5] * 40]
+    config = EngineConfig(2, 4, block_size=4)  # a request may hold at most 8 blocks (32 tokens) with pooling
+    run = serve_local(model, prompts, [6, 6, 6], config, arrivals_s=[0.0, 0.05, 0.05])
+    assert [r.status for r in run.served] == ["finished", "finished", "rejected"]
+    assert run.served[1].first_token_s >= 0.05 and run.served[1].engine in (0, 1)
+    assert run.token_ids[:2] == generate(model, prompts[:2], 6, config, ignore_eos=True).token_ids
+    assert sum(run.step_tokens) == 12 and run.step_end_s == sorted(run.step_end_s)
+    s = summarize(run.served, run.step_end_s, run.step_tokens)
+    assert (s.num_finished, s.num_rejected) == (2, 1)
