@@ -1,0 +1,129 @@
+"""context-length (infinite-llm Fig 9 / distkv-llm Fig 7): longest context and largest-batch throughput.
+
+For the six (model, GPUs) rows of distkv-llm Table 2: the longest context each system can hold (KV capacity
+of the memory model: one instance for vLLM-M, the pooled cluster for Infinite-LLM, one all-GPU instance for
+vLLM-S), then, at 1K, just past vLLM-M's limit and at Infinite-LLM's limit, the decode throughput of the
+largest batch each system fits (at most max_batch_size per instance), simulated: every request arrives at
+t=0 with the context as prompt minus OUTPUT_LEN, and throughput is generated tokens per second after the
+last prefill finished.
+"""
+from dataclasses import replace
+
+import numpy as np
+
+from reference_impl.backends.sim import simulate
+from reference_impl.sim.config import blocks_per_instance
+from reference_impl.sim.systems import cluster, system_config
+from repro.experiments.base import ClaimRow, Experiment, default_run_id
+from repro.experiments.figures import main_result
+from repro.experiments.serving import LINK_DEFAULT
+from workloads.request import Request
+
+GPU = "A100-80GB-SXM"
+SETTINGS = (("llama2-7b", 2), ("llama2-13b", 4), ("llama2-70b", 8), ("llama2-13b", 8), ("llama2-7b", 16),
+            ("llama2-7b", 32))
+SYSTEMS = ("infinite-llm", "vllm-m", "vllm-s")
+OUTPUT_LEN = 16
+SHORT_LEN = 1000
+PAST_VLLM_M = 1.05  # "slightly exceeding" vLLM-M's limit
+
+
+def max_context(config) -> int:
+    """Longest context one request can have: all blocks it may use, in tokens."""
+    blocks = blocks_per_instance(config) * (config.num_instances if config.pooling else 1)
+    return blocks * config.block_size
+
+
+def largest_batch(config, context: int) -> int:
+    per_instance_blocks = blocks_per_instance(config)
+    need = -(-context // config.block_size)
+    if config.pooling:
+        return min(config.max_batch_size * config.num_instances, per_instance_blocks * config.num_instances // need)
+    return config.num_instances * min(config.max_batch_size, per_instance_blocks // need)
+
+
+def decode_tok_s(config, context: int, batch: int) -> tuple[float | None, int]:
+    requests = [Request(i, 0.0, context - OUTPUT_LEN, OUTPUT_LEN, "context-length") for i in range(batch)]
+    result = simulate(config, requests)
+    done = result.finished
+    if len(done) < batch:
+        return None, len(done)
+    last_prefill_s = max(r.first_token_s for r in done)
+    ends = np.asarray(result.step_end_s)
+    after = ends > last_prefill_s
+    span = max(r.finish_s for r in done)
+    tokens = float(np.asarray(result.step_tokens, dtype=float)[after].sum())
+    return (tokens / (span - last_prefill_s) if span > last_prefill_s else None), len(done)
+
+
+def run(params, log) -> dict:
+    settings = SETTINGS[:2] if params.quick else SETTINGS
+    link = params.extra.get("link", LINK_DEFAULT)
+    rows = []
+    for model, gpus in settings:
+        base = cluster(model, GPU, gpus, link=link, seed=params.seed)
+        if params.quick:
+            base = replace(base, max_batch_size=32)
+        configs = {s: system_config(s, base) for s in SYSTEMS}
+        limits = {s: max_context(c) for s, c in configs.items()}
+        lengths = {"short": SHORT_LEN, "past-vllm-m": int(limits["vllm-m"] * PAST_VLLM_M),
+                   "infinite-llm-max": limits["infinite-llm"]}
+        points = []
+        for label, context in lengths.items():
+            for system, config in configs.items():
+                batch = largest_batch(config, context) if context <= limits[system] else 0
+                tok_s, finished = decode_tok_s(config, context, batch) if batch else (None, 0)
+                log(f"{model} {gpus} GPUs {label:>16} {context:>9} tokens {system:<13} batch {batch:>5} "
+                    f"{'-' if tok_s is None else f'{tok_s:10.1f}'} tok/s")
+                points.append({"length": label, "context": context, "system": system, "batch": batch,
+                               "finished": finished, "decode_tok_s": tok_s})
+        rows.append({"model": model, "num_gpus": gpus, "instance_tp": base.tp, "num_instances": base.num_instances,
+                     "vllm_s_tp": configs["vllm-s"].tp, "vllm_s_pp": configs["vllm-s"].pp,
+                     "max_context": limits, "points": points})
+    return {"gpu": GPU, "link": link, "output_len": OUTPUT_LEN, "settings": rows}
+
+
+def _tput(row, length, system):
+    return next(p["decode_tok_s"] for p in row["points"] if p["length"] == length and p["system"] == system)
+
+
+def claims(results) -> list[ClaimRow]:
+    result = main_result(results)
+    out = []
+    for row in result["data"]["settings"]:
+        where = f"{row['model']}, {row['num_gpus']} GPUs"
+        lim = row["max_context"]
+        ratio = lim["infinite-llm"] / lim["vllm-m"]
+        out.append(ClaimRow("ctx-len-vs-vllm-m", f"max context vs vLLM-M, {where}", "2x-19x", 2.0, 19.0, ratio, "x",
+                            "" if 2 <= ratio <= 19 else "capacity ratio = number of instances (memory model)"))
+        inf, base = _tput(row, "short", "infinite-llm"), _tput(row, "short", "vllm-s")
+        short = inf / base if inf and base else None
+        out.append(ClaimRow("short-thpt-vs-vllm-s", f"1K tput vs vLLM-S, {where}", "1.4x-5.3x", 1.4, 5.3, short, "x",
+                            "" if short is None or 1.4 <= short <= 5.3 else
+                            f"simulated; instances tp={row['instance_tp']}, vLLM-S tp{row['vllm_s_tp']}"
+                            f"xpp{row['vllm_s_pp']}, batch cap 256 per instance"))
+    return out
+
+
+def plot(results, figures_dir) -> list[str]:
+    import pandas as pd
+
+    from repro.experiments.figures import plt, save, sns
+    from repro.experiments.serving_plots import PALETTE
+
+    settings = main_result(results)["data"]["settings"]
+    fig, axes = plt.subplots(1, len(settings), figsize=(3.0 * len(settings), 2.8), squeeze=False)
+    for ax, row in zip(axes[0], settings):
+        frame = pd.DataFrame(row["points"]).fillna({"decode_tok_s": 0.0})
+        frame["ctx"] = frame["context"].map(lambda c: f"{c / 1000:.0f}K")
+        sns.barplot(frame, x="ctx", y="decode_tok_s", hue="system", palette=PALETTE, ax=ax,
+                    legend=ax is axes[0][0])
+        ax.set_yscale("log")
+        ax.set_title(f"{row['model']}, {row['num_gpus']} GPUs", fontsize=8)
+        ax.set_xlabel("context length")
+        ax.set_ylabel("decode tokens/s")
+    return save(fig, figures_dir, "fig9-context-length")
+
+
+EXPERIMENT = Experiment("context-length", ("infinite-llm Fig 9", "distkv-llm Fig 7"), "context_length.schema.json",
+                        run, default_run_id, plot=plot, claims=claims)
