@@ -1,5 +1,5 @@
 """Ray backend on a private 2-CPU Ray: tokens and placement equal to the local backend, the three failures a
-cluster meets (gManager restart, creditor death, a refused try_move_kvcache), and the CLI.
+cluster meets (gManager restart, creditor death, a refused try_move_kvcache), real-time serving, the CLI.
 
 One module, one Ray for all cases (module fixture); `xdist_group` keeps the cases on one pytest-xdist worker
 (`--dist loadgroup` in the Makefile), so two Rays never compete for the two CPUs."""
@@ -12,7 +12,7 @@ ray = pytest.importorskip("ray")
 from click.testing import CliRunner  # noqa: E402
 
 from reference_impl.backends.local import generate as local_generate  # noqa: E402
-from reference_impl.backends.ray import RayConfig, RayEngine, generate  # noqa: E402
+from reference_impl.backends.ray import RayConfig, RayEngine  # noqa: E402
 from reference_impl.engine import EngineConfig  # noqa: E402
 from reference_impl.gmanager import GManagerConfig  # noqa: E402
 from reference_impl.model import TINY, random_model  # noqa: E402
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.xdist_group("ray")
 MODEL = random_model(TINY, seed=3)
 # 5, 31 and 60 tokens: with 8 rBlocks of 4 tokens per instance the two long ones spread over instances
 PROMPTS = [[7, 300, 12, 9, 44], list(range(100, 131)), list(range(1, 61))]
-SPREAD = EngineConfig(3, 8, block_size=4, gmanager_interval_steps=2)
+SPREAD = EngineConfig(3, 8, block_size=4, seed=3)  # what the CLI case below asks for
 NUM_NEW = 12
 
 
@@ -53,11 +53,17 @@ def assert_idle(engine):
 
 
 def test_three_instances_match_the_local_backend(local_run):
-    result = generate(MODEL, PROMPTS, NUM_NEW, SPREAD, ignore_eos=True)
-    assert max(len(p) for p in result.placement) == 3  # the 60-token prompt lives on all three instances
-    assert result.token_ids == local_run.token_ids
-    assert result.placement == local_run.placement
-    assert result.num_steps == local_run.num_steps and not result.failed
+    """`repro generate --backend ray`: the tokens and final placement of the local backend."""
+    args = ["generate", "--instances", "3", "--blocks-per-instance", "8", "--block-size", "4", "--seed", "3",
+            "--max-new-tokens", str(NUM_NEW), "--ignore-eos", "--json", "--backend", "ray"]
+    args += [a for p in PROMPTS for a in ("--prompt-ids", ",".join(map(str, p)))]
+    on_ray = CliRunner().invoke(cli, args)
+    assert on_ray.exit_code == 0, on_ray.output
+    out = json.loads(on_ray.output)
+    placement = [{w["inst_id"]: w["num_blocks"] for w in p} for p in out["placement"]]
+    assert max(len(p) for p in placement) == 3  # the 60-token prompt lives on all three instances
+    assert out["token_ids"] == local_run.token_ids
+    assert placement == local_run.placement
 
 
 def test_gmanager_killed_mid_run_is_rebuilt_from_full_heartbeats(local_run):
@@ -151,18 +157,27 @@ def test_try_move_refused_when_the_destination_fills_then_retried_next_round():
         engine.shutdown()
 
 
-def test_cli_generate_on_ray_matches_local():
-    args = ["generate", "--instances", "3", "--blocks-per-instance", "6", "--block-size", "4", "--prompt-len", "40",
-            "--max-new-tokens", "5", "--ignore-eos", "--json"]
-    local = CliRunner().invoke(cli, args)
-    on_ray = CliRunner().invoke(cli, args + ["--backend", "ray"])
-    assert local.exit_code == 0 and on_ray.exit_code == 0, on_ray.output
-    assert json.loads(on_ray.output) == json.loads(local.output)
-    assert len(json.loads(on_ray.output)["placement"][0]) > 1
-
-
 def test_ray_config_rejects_bad_settings():
     with pytest.raises(ValueError, match="placement strategy"):
         RayConfig(placement_strategy="RANDOM")
     with pytest.raises(ValueError, match="CPU"):
         RayConfig(cpus_per_instance=0)
+
+
+def test_serving_in_real_time_pools_what_vllm_m_rejects():
+    from reference_impl.backends.ray_serving import serve, system_config
+    from reference_impl.sim.metrics import FINISHED, REJECTED
+    from workloads import Request
+
+    # request 2 needs 14 rBlocks of 4 tokens: more than one instance's 8, less than the two together
+    lengths = [(9, 6), (20, 5), (48, 8), (5, 4)]
+    requests = [Request(i, 0.05 * i, p, o, "test") for i, (p, o) in enumerate(lengths)]
+    pooled = serve(MODEL, requests, system_config("infinite-llm", 2, 8, 4))
+    alone = serve(MODEL, requests, system_config("vllm-m", 2, 8, 4))
+    assert [r.status for r in pooled.requests] == [FINISHED] * 4
+    assert [r.status for r in alone.requests] == [FINISHED, FINISHED, REJECTED, FINISHED]
+    for r in pooled.requests:
+        assert r.arrival_s <= r.first_token_s <= r.finish_s
+    assert sum(pooled.step_tokens) == sum(o for _, o in lengths)
+    summary = pooled.summary()
+    assert summary.num_finished == 4 and summary.completion_tok_s > 0 and summary.mean_ttft_s > 0

@@ -183,6 +183,10 @@ class RayEngine(Engine):
         return dict(zip([i.inst_id for i in self.instances],
                         ray.get([i.handle.usage.remote() for i in self.instances])))
 
+    def num_moved_blocks(self) -> int:
+        """rBlocks copied between places so far (moves, recalls, DGFM swaps), over the live instances."""
+        return sum(ray.get([i.handle.num_copied_blocks.remote() for i in self.instances]))
+
     def step_times_s(self) -> list[float]:
         return [t for ts in ray.get([a.step_times_s.remote() for a in self.actors.values()]) for t in ts]
 

@@ -34,6 +34,7 @@ class ActorBackend(LocalBackend):
     def __init__(self, actor: "InstanceActor", model, config: EngineConfig, device):
         super().__init__(model, config, device, inst_ids=[actor.inst_id])
         self.actor = actor
+        self.num_copied_blocks = 0
 
     def step_kv(self, instance, tables, num_tokens, num_new, is_prefill):
         return ActorStepKV(self.actor.inst_id, self.actor.handles, self.caches, tables, num_tokens, num_new,
@@ -43,6 +44,7 @@ class ActorBackend(LocalBackend):
         """Sources are read (locally or from peers through the object store) before any destination is written.
         A pair whose peer died loses its data: the request it belongs to is recomputed at once."""
         me = self.actor.inst_id
+        self.num_copied_blocks += len(pairs)
         staged, lost = [], set()
         for inst in sorted({src.inst_id for src, _ in pairs}):
             group = [(src, dst) for src, dst in pairs if src.inst_id == inst]
@@ -213,6 +215,9 @@ class InstanceActor:
         """Pool accounting, for leak checks: used blocks, reservations, pending moves."""
         return {"num_used": self.rm.pool.num_used, "reserved": dict(self.rm.reserved), "num_moves": len(self.rm.moves),
                 "num_tables": len(self.rm.tables)}
+
+    def num_copied_blocks(self) -> int:
+        return self.backend.num_copied_blocks
 
     def step_times_s(self) -> list[float]:
         return list(self.backend.step_times_s)
