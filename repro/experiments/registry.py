@@ -6,6 +6,11 @@ from reference_impl.errors import InputError
 EXPERIMENTS = {
     "attention-micro": "repro.experiments.attention_micro",
     "migration": "repro.experiments.migration",
+    "kv-move": "repro.experiments.kv_move",
+    "e2e": "repro.experiments.e2e",
+    "e2e-datasets": "repro.experiments.e2e_datasets",
+    "context-length": "repro.experiments.context_length",
+    "perf-model": "repro.experiments.perf_model_exp",
 }
 
 

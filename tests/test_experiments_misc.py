@@ -1,0 +1,41 @@
+"""kv-move (and the other small experiments): modelled arithmetic, quick runs through the result machinery."""
+import pytest
+
+from reference_impl.calibration import CalibratedPerfModel
+from reference_impl.errors import InputError
+from reference_impl.perf_model import InstanceLoad, step_time_s
+from repro.experiments.base import RunParams
+from repro.experiments.registry import get_experiment
+from repro.results import load_results, run_and_save
+
+
+def _quick(name, tmp_path, backend="sim", **extra):
+    exp = get_experiment(name)
+    run_and_save(exp, RunParams(quick=True, backend=backend, extra=extra), tmp_path, log=lambda m: None)
+    results = load_results(tmp_path, exp)
+    return exp, results, results[0]["data"]
+
+
+def test_kv_move_model_is_max_of_compute_and_transfer():
+    from repro.experiments.kv_move import modelled
+    rows = modelled(batch_size=64, context_len=1000)
+    slow = CalibratedPerfModel.for_setting(model="llama2-7b", gpu="A100-80GB-SXM", link="0.125")
+    compute = step_time_s(slow, InstanceLoad(64, 64_000))
+    by = {(r["link"], r["move_tokens"]): r for r in rows}
+    assert by[("0.125 GB/s", 0)]["step_ms"] == pytest.approx(compute * 1e3)
+    kv_64 = 64 * 2 * 32 * 4096 * 2  # tokens x K,V x layers x hidden x fp16
+    assert by[("0.125 GB/s", 64)]["step_ms"] == pytest.approx(max(compute, slow.link.time_s(kv_64)) * 1e3)
+    for link in {r["link"] for r in rows}:
+        thpt = [by[(link, t)]["throughput_tok_s"] for t in (0, 8, 16, 32, 64)]
+        assert thpt == sorted(thpt, reverse=True)  # moving more never helps
+
+
+def test_kv_move_quick_run_measures_every_setting(tmp_path):
+    exp, results, data = _quick("kv-move", tmp_path, backend="local")
+    assert [r["move_tokens"] for r in data["measured"]] == [0, 8, 16, 32, 64]
+    assert all(r["step_ms"] > 0 and r["steps"] == 2 for r in data["measured"])
+    rows = exp.claims(results)
+    assert {r.claim_id for r in rows} == {"kv-move-overhead"} and all(r.reproduced is not None for r in rows)
+    assert exp.plot(results, str(tmp_path / "fig"))[0].endswith("infinite-llm-fig12.png")
+    with pytest.raises(InputError):
+        run_and_save(exp, RunParams(extra={"batch_size": "0"}), tmp_path, force=True, log=lambda m: None)
