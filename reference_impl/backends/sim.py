@@ -136,7 +136,8 @@ def build_engine(config: SimConfig, backend: SimBackend) -> Engine:
         gmanager_interval_steps=0, dgfm=config.dgfm, seed=config.seed)
     gm_config = GManagerConfig(block_size=config.block_size,
                                instances_per_node=max(1, 8 // (config.tp * config.pp)),
-                               max_k_evals=config.max_k_evals)
+                               max_k_evals=config.max_k_evals,
+                               num_candidates=config.num_candidates or config.num_instances)
     return Engine(engine_config, backend, gmanager_config=gm_config, perf_model=perf_model(config))
 
 

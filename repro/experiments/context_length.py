@@ -4,12 +4,9 @@ For the six (model, GPUs) rows of distkv-llm Table 2: the longest context each s
 of the memory model: one instance for vLLM-M, the pooled cluster for Infinite-LLM, one all-GPU instance for
 vLLM-S), then, at 1K, just past vLLM-M's limit and at Infinite-LLM's limit, the decode throughput of the
 largest batch each system fits (at most max_batch_size per instance), simulated: every request arrives at
-t=0 with the context as prompt minus OUTPUT_LEN, and throughput is generated tokens per second after the
-last prefill finished.
+t=0 with the context as prompt minus OUTPUT_LEN; throughput is the sum of the requests' decode rates.
 """
 from dataclasses import replace
-
-import numpy as np
 
 from reference_impl.backends.sim import simulate
 from reference_impl.sim.config import blocks_per_instance
@@ -43,17 +40,13 @@ def largest_batch(config, context: int) -> int:
 
 
 def decode_tok_s(config, context: int, batch: int) -> tuple[float | None, int]:
+    """Sum over the batch of each request's decode rate (tokens after its first / first token to finish): the
+    batch's throughput when all decode together, robust to prefills that end at different times."""
     requests = [Request(i, 0.0, context - OUTPUT_LEN, OUTPUT_LEN, "context-length") for i in range(batch)]
-    result = simulate(config, requests)
-    done = result.finished
+    done = simulate(config, requests).finished
     if len(done) < batch:
         return None, len(done)
-    last_prefill_s = max(r.first_token_s for r in done)
-    ends = np.asarray(result.step_end_s)
-    after = ends > last_prefill_s
-    span = max(r.finish_s for r in done)
-    tokens = float(np.asarray(result.step_tokens, dtype=float)[after].sum())
-    return (tokens / (span - last_prefill_s) if span > last_prefill_s else None), len(done)
+    return sum((r.output_len - 1) / (r.finish_s - r.first_token_s) for r in done), len(done)
 
 
 def run(params, log) -> dict:

@@ -1,0 +1,129 @@
+"""Sim backend: baselines' admission rules, determinism, invariants, bad input, Algorithm 1's coarse search."""
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from baselines.vllm_m import vllm_m
+from baselines.vllm_s import vllm_s
+from reference_impl.algorithm1 import best_block_count
+from reference_impl.backends.sim import simulate
+from reference_impl.errors import InputError
+from reference_impl.sim.config import SimConfig, blocks_per_instance
+from reference_impl.sim.metrics import FINISHED, REJECTED
+from reference_impl.sim.systems import cluster, instance_tp, system_config
+from workloads import generate
+from workloads.generate import SourceOptions
+from workloads.request import Request
+
+GPU = "A100-80GB-SXM"
+
+
+def capacity_tokens(config) -> int:
+    return blocks_per_instance(config) * config.block_size
+
+
+def test_vllm_m_rejects_exactly_the_requests_that_exceed_one_instance():
+    base = cluster("llama2-7b", GPU, 2)
+    cap = capacity_tokens(base)
+    contexts = [1000, cap - 64, cap, cap + 1, cap + base.block_size, 2 * cap - 64, 500]
+    requests = [Request(i, 0.1 * i, c - 16, 16, "t") for i, c in enumerate(contexts)]
+    m = simulate(vllm_m(base), requests)
+    too_big = {i for i, c in enumerate(contexts) if c > cap}
+    assert {r.req_id for r in m.requests if r.status == REJECTED} == too_big
+    assert {r.req_id for r in m.requests if r.status == FINISHED} == set(range(len(contexts))) - too_big
+    inf = simulate(base, requests)  # pooled: every request fits the cluster
+    assert all(r.status == FINISHED for r in inf.requests)
+    assert max(r.max_creditors for r in inf.requests) >= 1
+
+
+def test_infinite_llm_serves_every_request_of_long_traces():
+    for trace in (3, 8):
+        model, gpus = {3: ("llama2-7b", 2), 8: ("llama2-7b", 32)}[trace]
+        requests = generate(trace_id=trace, num_requests=6 if trace == 3 else 3, rate_per_s=0.05, seed=1,
+                            options=SourceOptions(source="fitted"))
+        result = simulate(cluster(model, GPU, gpus), requests)
+        assert [r.status for r in result.requests] == [FINISHED] * len(requests), trace
+        for r in result.requests:
+            assert r.arrival_s <= r.first_token_s <= r.finish_s
+
+
+def test_same_seed_same_result_bit_for_bit():
+    requests = generate(trace_id=0, num_requests=60, rate_per_s=20.0, seed=3, options=SourceOptions(source="fitted"))
+    config = SimConfig(num_instances=3)
+    a, b = simulate(config, requests), simulate(config, requests)
+    assert a.requests == b.requests and a.step_end_s == b.step_end_s and a.summary() == b.summary()
+
+
+def test_tokens_counted_match_outputs_and_no_block_leaks():
+    requests = generate(trace_id=1, num_requests=40, rate_per_s=50.0, seed=2, options=SourceOptions(source="fitted"))
+    result = simulate(SimConfig(num_instances=2), requests)
+    done = result.finished
+    assert len(done) == len(requests)
+    # every generated token is counted once, preempted recomputation included in no extra token
+    assert sum(result.step_tokens) >= sum(r.output_len for r in done)
+    t, tok_s = result.throughput_over_time(1.0)
+    assert len(t) == len(tok_s) and math.isclose(tok_s.sum() * 1.0, sum(result.step_tokens))
+
+
+def test_vllm_s_is_one_instance_tp_in_node_pp_across():
+    s = vllm_s(cluster("llama2-7b", GPU, 32))
+    assert (s.num_instances, s.tp, s.pp, s.pooling) == (1, 8, 4, False)
+    assert capacity_tokens(s) > capacity_tokens(cluster("llama2-7b", GPU, 32))
+    assert instance_tp("llama2-70b", GPU) == 4 and instance_tp("llama2-7b", GPU) == 1
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(model="gpt-5"), "unknown model"),
+    (dict(gpu="Z80"), "unknown GPU"),
+    (dict(tp=16), "does not fit a node"),
+    (dict(num_instances=0), "at least one instance"),
+    (dict(model="llama2-70b", tp=1), "does not fit"),
+    (dict(tp=3), "does not divide"),
+])
+def test_bad_cluster_settings_are_one_line_errors(kwargs, match):
+    with pytest.raises(InputError, match=match):
+        config = SimConfig(**kwargs)
+        blocks_per_instance(config)
+
+
+def test_unknown_system():
+    with pytest.raises(InputError, match="unknown system"):
+        system_config("vllm-x", SimConfig())
+
+
+@settings(max_examples=60, deadline=None)
+@given(limit=st.integers(0, 900), peak=st.floats(0, 1), evals=st.integers(2, 64), slope=st.floats(0.1, 5))
+def test_coarse_block_search_is_exact_on_unimodal_objectives(limit, peak, evals, slope):
+    top = peak * limit
+    tps = lambda k: -slope * abs(k - top) + (0.5 if k == round(top) else 0.0)
+    assert best_block_count(tps, limit, evals) == best_block_count(tps, limit, None)
+
+
+def test_gmanager_round_with_32_instances_is_fast():
+    import time
+
+    requests = generate(trace_id=8, num_requests=6, rate_per_s=1.0, seed=0, options=SourceOptions(source="fitted"))
+    requests += [replace(r, req_id=100 + i) for i, r in enumerate(
+        generate(trace_id=0, num_requests=200, rate_per_s=100.0, seed=0, options=SourceOptions(source="fitted")))]
+    from reference_impl.backends.sim import SimBackend, build_engine, _PromptIds
+    from reference_impl.sequence import Sequence
+    from reference_impl.sim.metrics import RequestMetrics, SimResult
+    config = cluster("llama2-7b", GPU, 32)
+    metrics = {r.req_id: RequestMetrics(r.req_id, 0.0, r.prompt_len, r.output_len) for r in requests}
+    engine = build_engine(config, SimBackend(config, metrics, SimResult([])))
+    for r in requests:
+        engine.add_request(Sequence(r.req_id, _PromptIds(r.prompt_len), r.output_len))
+    engine.heartbeats()
+    for inst in engine.instances:
+        inst.step(engine.backend)
+    engine.heartbeats()
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        engine.gmanager_round()
+        times.append(time.perf_counter() - start)
+        engine.heartbeats()
+    assert np.median(times) < 0.05  # target 10 ms on an idle core; loose here for shared CI machines
