@@ -60,3 +60,29 @@ test-vllm: $(STAMP) $(VLLM_STAMP)
 
 compare-vllm: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/repro compare-vllm
+
+# Paper figures on the simulated A100 cluster (reference_impl/backends/sim.py). Each target runs the
+# simulation again (RUN_FLAGS=--force; set RUN_FLAGS= to keep existing results), draws the figures from the
+# results and prints the paper-vs-reproduced report. Workloads are generated inside the run (seeded, fitted).
+RUN_FLAGS ?= --force
+.PHONY: fig7 fig9 fig10 fig8-distkv
+
+fig7: $(STAMP)
+	$(BIN)/repro run --experiment perf-model $(RUN_FLAGS)
+	$(BIN)/repro plot --experiment perf-model
+	$(BIN)/repro report
+
+fig9: $(STAMP)
+	$(BIN)/repro run --experiment context-length $(RUN_FLAGS)
+	$(BIN)/repro plot --experiment context-length
+	$(BIN)/repro report
+
+fig10: $(STAMP)
+	$(BIN)/repro run --experiment e2e $(RUN_FLAGS)
+	$(BIN)/repro plot --experiment e2e
+	$(BIN)/repro report
+
+fig8-distkv: $(STAMP)
+	$(BIN)/repro run --experiment e2e-datasets $(RUN_FLAGS)
+	$(BIN)/repro plot --experiment e2e-datasets
+	$(BIN)/repro report
