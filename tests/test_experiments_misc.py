@@ -39,3 +39,18 @@ def test_kv_move_quick_run_measures_every_setting(tmp_path):
     assert exp.plot(results, str(tmp_path / "fig"))[0].endswith("infinite-llm-fig12.png")
     with pytest.raises(InputError):
         run_and_save(exp, RunParams(extra={"batch_size": "0"}), tmp_path, force=True, log=lambda m: None)
+
+
+def test_remote_vs_local_quick_run_and_model_arithmetic(tmp_path):
+    from repro.experiments.attention_model import AttentionCostModel
+    exp, results, data = _quick("remote-vs-local", tmp_path, backend="local")
+    assert {(r["tokens"], r["method"]) for r in data["measured"]} == {
+        (t, m) for t in (256, 1024) for m in ("remote compute", "local compute")}
+    assert all(r["max_abs_diff"] < 1e-5 for r in data["measured"])  # same attention either way
+    m = AttentionCostModel.for_model("llama2-13b", link="inter-node")
+    by = {(r["tokens"], r["link"], r["method"]): r["time_us"] for r in data["a100_model"]}
+    kv_bytes = 2 * 100_000 * 40 * 128 * 2
+    local = by[(100_000, m.link.name, "local compute")]
+    assert local == pytest.approx((m.link.time_s(kv_bytes) + m.kv_read_s(100_000, 40)) * 1e6)
+    assert local > by[(100_000, m.link.name, "remote compute")]
+    assert all(r.reproduced > 0 for r in exp.claims(results))
