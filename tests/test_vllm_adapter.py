@@ -250,3 +250,26 @@ def test_serve_local_honours_arrivals_matches_generate_and_rejects_what_fits_now
     assert sum(run.step_tokens) == 12 and run.step_end_s == sorted(run.step_end_s)
     s = summarize(run.served, run.step_end_s, run.step_tokens)
     assert (s.num_finished, s.num_rejected) == (2, 1)
+
+
+def test_real_e2e_params_and_workloads():
+    from baselines.vllm_e2e import QUICK, RealE2EConfig, config_from_params, trace_requests
+    from repro.experiments.base import RunParams
+
+    assert config_from_params(RunParams(quick=True, seed=4)) == RealE2EConfig(**{**_fields(QUICK), "seed": 4})
+    cfg = config_from_params(RunParams(extra={"rates": "1,3.5", "traces": "0,2", "num_requests": "5"}))
+    assert (cfg.rates_per_s, cfg.trace_ids, cfg.num_requests) == ((1.0, 3.5), (0, 2), 5)
+    for extra, match in (({"rates": "1,x"}, "not a valid"), ({"rates": "2"}, "two request rates"),
+                         ({"color": "red"}, "unknown --param")):
+        with pytest.raises(InputError, match=match):
+            config_from_params(RunParams(extra=extra))
+    slow, fast = (trace_requests(QUICK, 2, rate, 512) for rate in (1.0, 4.0))
+    assert slow[0] == fast[0] and slow[1] == fast[1]  # same prompts and lengths at every rate
+    assert max(len(p) for p in slow[0]) <= QUICK.max_prompt_len and max(slow[1]) <= QUICK.max_output_len
+    assert slow[2][-1] > fast[2][-1]
+
+
+def _fields(config) -> dict:
+    from dataclasses import fields
+
+    return {f.name: getattr(config, f.name) for f in fields(config)}
