@@ -181,3 +181,19 @@ def test_serving_in_real_time_pools_what_vllm_m_rejects():
     assert sum(pooled.step_tokens) == sum(o for _, o in lengths)
     summary = pooled.summary()
     assert summary.num_finished == 4 and summary.completion_tok_s > 0 and summary.mean_ttft_s > 0
+
+
+def test_e2e_quick_on_ray_validates_against_the_schema(tmp_path):
+    from repro.experiments.base import RunParams
+    from repro.experiments.registry import get_experiment
+    from repro.results import load_results, run_and_save
+
+    exp = get_experiment("e2e")
+    path, ran = run_and_save(exp, RunParams(quick=True, backend="ray", extra={"requests": "4"}), tmp_path,
+                             log=lambda line: None)
+    assert ran and path.exists()
+    (result,) = load_results(tmp_path, exp)  # validated against serving.schema.json on load
+    (group,) = result["data"]["groups"]
+    pooled = {p["system"]: p for p in group["points"]}
+    assert pooled["infinite-llm"]["num_finished"] == 4 and pooled["infinite-llm"]["output_tok_s"] > 0
+    assert set(pooled) == {"infinite-llm", group["baseline"]}

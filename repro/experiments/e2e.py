@@ -33,6 +33,9 @@ def groups(size: dict):
 
 
 def run(params, log) -> dict:
+    if params.backend == "ray":  # served for real by Ray actors: repro/experiments/serving_ray.py
+        from repro.experiments.serving_ray import run_on_ray
+        return run_on_ray(params, log, list(groups(QUICK if params.quick else FULL)))
     size = dict(QUICK if params.quick else FULL)
     size["short_requests"] = param(params, "short_requests", int, size["short_requests"])
     size["long_requests"] = param(params, "long_requests", int, size["long_requests"])
@@ -89,4 +92,4 @@ def plot(results, figures_dir) -> list[str]:
 
 
 EXPERIMENT = Experiment("e2e", ("infinite-llm Fig 10a", "infinite-llm Fig 10b"), "serving.schema.json", run,
-                        default_run_id, plot=plot, claims=claims)
+                        default_run_id, plot=plot, claims=claims, backends=("sim", "ray"))

@@ -1,0 +1,79 @@
+"""The serving experiments on `--backend ray`: the same groups, traces and systems as on the simulator, served
+for real, against the clock, by Ray actors running a model (default the built-in `tiny`, on CPU).
+
+A real run cannot hold the traces' lengths on a CPU, so each group's lengths are scaled so that its longest
+request has `max_tokens` tokens, and an instance holds `capacity_ratio` times that longest request (below 1:
+the long requests outgrow one instance, which is what KV pooling is for). Rates are real requests per second.
+Options (`--param`): model, max_tokens, capacity_ratio, block_size, rates (comma-separated), max_instances,
+requests, cpus_per_instance, gpus_per_instance. `num_gpus` of a group is the number of instances run.
+"""
+import math
+import time
+from dataclasses import asdict
+
+from repro.experiments.serving import Point, max_throughput_ratio, param, workload
+from workloads import Request
+
+QUICK = dict(max_tokens=48, rates="4", max_instances=2, requests=6, num_groups=1)
+FULL = dict(max_tokens=256, rates="0.5,1,2", max_instances=4, requests=40, num_groups=None)
+
+
+def scaled(requests: list[Request], max_tokens: int) -> list[Request]:
+    scale = max_tokens / max(r.prompt_len + r.output_len for r in requests)
+    return [Request(r.req_id, r.arrival_s, max(1, round(r.prompt_len * scale)), max(1, round(r.output_len * scale)),
+                    r.source) for r in requests]
+
+
+def run_on_ray(params, log, groups: list[dict]) -> dict:
+    """Data in serving.schema.json's shape for the given groups of an experiment."""
+    from reference_impl.backends.ray import RayConfig, init_ray
+    from reference_impl.backends.ray_serving import serve, system_config
+    from reference_impl.model import resolve_model
+    from reference_impl.sequence import num_blocks_for
+
+    size = QUICK if params.quick else FULL
+    model_spec = params.extra.get("model", "tiny")
+    max_tokens = param(params, "max_tokens", int, size["max_tokens"])
+    capacity_ratio = param(params, "capacity_ratio", float, 0.75)
+    block_size = param(params, "block_size", int, 8)
+    max_instances = param(params, "max_instances", int, size["max_instances"])
+    num_requests = param(params, "requests", int, size["requests"])
+    rates = [float(r) for r in str(params.extra.get("rates", size["rates"])).split(",")]
+    ray_config = RayConfig(address=params.address, cpus_per_instance=param(params, "cpus_per_instance", float, 0.5),
+                           gpus_per_instance=param(params, "gpus_per_instance", float, 0.0))
+    model = resolve_model(model_spec, seed=params.seed)
+    source = params.extra.get("source", "fitted")
+    started = init_ray(ray_config)
+    out = []
+    try:
+        for g in groups[: size["num_groups"]]:
+            num_instances = min(g["num_gpus"], max_instances)
+            blocks = max(1, math.floor(capacity_ratio * num_blocks_for(max_tokens, block_size)))
+            label = f"trace {g['trace_id']} on {num_instances} Ray instances of {blocks} rBlocks"
+            points = []
+            for rate in rates:
+                requests = scaled(workload(trace_id=g["trace_id"], num_requests=num_requests, rate_per_s=rate,
+                                           seed=params.seed, source=source), max_tokens)
+                for system in ("infinite-llm", g["baseline"]):
+                    config = system_config(system, num_instances, blocks, block_size, seed=params.seed)
+                    t0 = time.perf_counter()
+                    result = serve(model, requests, config, ray_config, seed=params.seed)
+                    s = result.summary()
+                    p = Point(system, rate, s.num_requests, s.num_finished, s.num_rejected, s.num_unfinished,
+                              s.output_tok_s, s.completion_tok_s, s.total_tok_s, s.mean_norm_latency_s,
+                              s.mean_latency_s, s.mean_ttft_s, s.makespan_s,
+                              sum(r.num_preemptions for r in result.requests), result.num_moved_blocks,
+                              round(time.perf_counter() - t0, 3))
+                    log(f"  {label} {system:<13} rate {rate:g}/s  {p.output_tok_s:8.1f} out tok/s  "
+                        f"finished {p.num_finished}/{p.num_requests}, rejected {p.num_rejected}")
+                    points.append(asdict(p))
+            out.append({**g, "model": model_spec, "num_gpus": num_instances, "num_instances": num_instances, "tp": 1,
+                        "num_requests": num_requests, "rates_per_s": rates, "points": points,
+                        "max_tput_ratio": max_throughput_ratio(points, "infinite-llm", g["baseline"])})
+    finally:
+        if started:
+            import ray
+            ray.shutdown()
+    device = "GPU" if ray_config.gpus_per_instance else "CPU"
+    return {"gpu": f"Ray actors on {device}", "link": "Ray object store", "source": source, "groups": out,
+            "link_sweep": []}
