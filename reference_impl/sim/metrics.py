@@ -65,14 +65,19 @@ class Summary:
     num_finished: int
     num_rejected: int
     num_unfinished: int
-    output_tok_s: float  # tokens generated while requests arrive (first to last arrival) / that span
-    completion_tok_s: float  # generated tokens of finished requests / (last finish - first arrival)
+    output_tok_s: float  # generated tokens of finished requests / (last finish - first arrival): vLLM benchmarks'
+    window_tok_s: float  # tokens generated while requests arrive (first to last arrival) / that span
     total_tok_s: float  # (prompt + generated) tokens of finished requests / (last finish - first arrival)
     mean_latency_s: float | None
     mean_norm_latency_s: float | None  # mean over requests of latency / output tokens (vLLM's metric)
     p99_latency_s: float | None
     mean_ttft_s: float | None
     makespan_s: float
+
+    @property
+    def completion_tok_s(self) -> float:
+        """Earlier name of output_tok_s (vLLM benchmarks' definition)."""
+        return self.output_tok_s
 
 
 def summarize(result: SimResult) -> Summary:
@@ -94,8 +99,8 @@ def summarize(result: SimResult) -> Summary:
         window_tok_s = float(np.asarray(result.step_tokens, dtype=float)[in_window].sum()) / window_s
     else:
         window_tok_s = out / span if span > 0 else 0.0
-    return Summary(n, len(done), result.count(REJECTED), result.count(UNFINISHED), window_tok_s,
-                   out / span if span > 0 else 0.0,
+    return Summary(n, len(done), result.count(REJECTED), result.count(UNFINISHED), out / span if span > 0 else 0.0,
+                   window_tok_s,
                    (out + sum(r.prompt_len for r in done)) / span if span > 0 else 0.0,
                    float(lat.mean()), float(norm.mean()), float(np.percentile(lat, 99)), float(ttft.mean()),
                    float(span))

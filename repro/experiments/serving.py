@@ -23,7 +23,7 @@ class Point:
     num_rejected: int
     num_unfinished: int
     output_tok_s: float
-    completion_tok_s: float
+    window_tok_s: float
     total_tok_s: float
     mean_norm_latency_s: float | None
     mean_latency_s: float | None
@@ -64,7 +64,7 @@ def run_point(system: str, base: SimConfig, requests, rate_per_s: float) -> Poin
     wall_s = time.perf_counter() - start
     s = result.summary()
     return Point(system, rate_per_s, s.num_requests, s.num_finished, s.num_rejected, s.num_unfinished,
-                 s.output_tok_s, s.completion_tok_s, s.total_tok_s, s.mean_norm_latency_s, s.mean_latency_s, s.mean_ttft_s,
+                 s.output_tok_s, s.window_tok_s, s.total_tok_s, s.mean_norm_latency_s, s.mean_latency_s, s.mean_ttft_s,
                  s.makespan_s, sum(r.num_preemptions for r in result.requests), result.num_moved_blocks,
                  round(wall_s, 3))
 
