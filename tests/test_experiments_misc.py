@@ -54,3 +54,21 @@ def test_remote_vs_local_quick_run_and_model_arithmetic(tmp_path):
     assert local == pytest.approx((m.link.time_s(kv_bytes) + m.kv_read_s(100_000, 40)) * 1e6)
     assert local > by[(100_000, m.link.name, "remote compute")]
     assert all(r.reproduced > 0 for r in exp.claims(results))
+
+
+def test_motivation_capacity_efficiency_and_utilisation_bounds(tmp_path):
+    from repro.experiments.motivation import non_attention_efficiency
+    exp, results, data = _quick("motivation", tmp_path)
+    st = {(r["config"], r["context_len"]): r for r in data["static"]}
+    one = CalibratedPerfModel.for_setting(model="llama2-7b", gpu="A100-80GB-SXM", tp=1)
+    assert st[("DP32TP1", 1000)]["batch_size"] == min(256, one.memory.kv_capacity_tokens // 1000)
+    assert st[("DP32TP1", 1000)]["throughput_tok_s"] == pytest.approx(
+        32 * st[("DP32TP1", 1000)]["batch_size"] / step_time_s(one, InstanceLoad(256, 256_000)))
+    assert st[("DP32TP1", 1_000_000)]["batch_size"] == 0  # a 1000K request does not fit one GPU
+    assert st[("DP1TP32", 1_000_000)]["batch_size"] >= 1
+    assert 0 < non_attention_efficiency(1) == pytest.approx(1.0)
+    assert 0 < data["non_attention_efficiency_tp8"] < 1
+    for r in data["utilisation"]:
+        assert 0 < r["compute_util"] < 1 and 0 < r["memory_util"] < 1 and r["batch_size"] <= r["max_batch"]
+    assert len(exp.plot(results, str(tmp_path / "fig"))) == 4
+    assert {r.claim_id for r in exp.claims(results)} == {"obs1-static-tp", "obs2-utilization"}

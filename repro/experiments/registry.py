@@ -8,6 +8,7 @@ EXPERIMENTS = {
     "migration": "repro.experiments.migration",
     "kv-move": "repro.experiments.kv_move",
     "remote-vs-local": "repro.experiments.remote_vs_local",
+    "motivation": "repro.experiments.motivation",
     "e2e": "repro.experiments.e2e",
     "e2e-datasets": "repro.experiments.e2e_datasets",
     "context-length": "repro.experiments.context_length",
