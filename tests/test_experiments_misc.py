@@ -61,9 +61,10 @@ def test_motivation_capacity_efficiency_and_utilisation_bounds(tmp_path):
     exp, results, data = _quick("motivation", tmp_path)
     st = {(r["config"], r["context_len"]): r for r in data["static"]}
     one = CalibratedPerfModel.for_setting(model="llama2-7b", gpu="A100-80GB-SXM", tp=1)
-    assert st[("DP32TP1", 1000)]["batch_size"] == min(256, one.memory.kv_capacity_tokens // 1000)
+    batch = min(256, one.memory.kv_capacity_tokens // 1000)
+    assert st[("DP32TP1", 1000)]["batch_size"] == batch
     assert st[("DP32TP1", 1000)]["throughput_tok_s"] == pytest.approx(
-        32 * st[("DP32TP1", 1000)]["batch_size"] / step_time_s(one, InstanceLoad(256, 256_000)))
+        32 * batch / step_time_s(one, InstanceLoad(batch, batch * 1000)))
     assert st[("DP32TP1", 1_000_000)]["batch_size"] == 0  # a 1000K request does not fit one GPU
     assert st[("DP1TP32", 1_000_000)]["batch_size"] >= 1
     assert 0 < non_attention_efficiency(1) == pytest.approx(1.0)
