@@ -134,7 +134,7 @@ def compare(config: CompareConfig, *, log_path: str | None = None, python: str |
         "agreement": agreement(local.token_ids, run.token_ids),
         "local": {"summary": ours.to_dict(), "run_s": local.run_s},
         "vllm": {"summary": theirs.to_dict(), "run_s": run.run_s, "startup_s": run.startup_s},
-        "throughput_ratio": ours.completion_tok_s / theirs.completion_tok_s if theirs.completion_tok_s else None,
+        "throughput_ratio": ours.output_tok_s / theirs.output_tok_s if theirs.output_tok_s else None,
     }
 
 
@@ -142,7 +142,7 @@ def format_table(result: dict) -> str:
     ag, ours, theirs = result["agreement"], result["local"]["summary"], result["vllm"]["summary"]
     rows = [("system", "finished", "output tok/s", "mean TTFT ms", "mean TPOT ms", "p99 latency s")]
     for name, s in (("ours (local)", ours), (f"vLLM {result['vllm_version']}", theirs)):
-        rows.append((name, f"{s['num_finished']}/{s['num_requests']}", f"{s['completion_tok_s']:.1f}",
+        rows.append((name, f"{s['num_finished']}/{s['num_requests']}", f"{s['output_tok_s']:.1f}",
                      _fmt(s["mean_ttft_ms"]), _fmt(s["mean_tpot_ms"]), _fmt(s["p99_latency_s"], 3)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]

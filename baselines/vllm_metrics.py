@@ -3,9 +3,9 @@
 Definitions follow vLLM's benchmarks: TTFT = first token - arrival; TPOT = (finish - first token) /
 (output tokens - 1); latency = finish - arrival. Throughputs are those of the simulator's Summary
 (reference_impl/sim/metrics.py), so real and simulated runs share the e2e experiment's columns:
-completion_tok_s = output tokens of finished requests / (last finish - first arrival), total_tok_s the same with
-prompt tokens, output_tok_s = tokens generated between the first and last arrival / that window (the
-completion rate when every request arrives at once).
+output_tok_s = output tokens of finished requests / (last finish - first arrival), total_tok_s the same with
+prompt tokens, window_tok_s = tokens generated between the first and last arrival / that window (output_tok_s
+when every request arrives at once).
 """
 from dataclasses import asdict, dataclass
 
@@ -41,7 +41,7 @@ class ServingSummary:
     num_failed: int  # rejected or unfinished
     num_rejected: int
     output_tok_s: float
-    completion_tok_s: float
+    window_tok_s: float
     total_tok_s: float
     makespan_s: float
     mean_ttft_ms: float | None
@@ -91,16 +91,16 @@ def summarize(served: list[ServedRequest], step_end_s: list[float] = (),
     span_s = max(r.finish_s for r in done) - start_s
     window_s = max(r.arrival_s for r in served) - start_s
     out = sum(r.output_len for r in done)
-    completion = out / span_s if span_s > 0 else 0.0
-    output_tok_s = completion
+    output_tok_s = out / span_s if span_s > 0 else 0.0
+    window_tok_s = output_tok_s
     if window_s > 0:
         ends = np.asarray(step_end_s, dtype=float)
         in_window = (ends >= start_s) & (ends <= start_s + window_s)
-        output_tok_s = float(np.asarray(step_tokens, dtype=float)[in_window].sum()) / window_s
+        window_tok_s = float(np.asarray(step_tokens, dtype=float)[in_window].sum()) / window_s
     total = out + sum(r.prompt_len for r in done)
     tpot = [(r.finish_s - r.first_token_s) / (r.output_len - 1) for r in done if r.output_len > 1]
     return ServingSummary(
-        n, len(done), n - len(done), rejected, output_tok_s, completion, total / span_s if span_s > 0 else 0.0,
+        n, len(done), n - len(done), rejected, output_tok_s, window_tok_s, total / span_s if span_s > 0 else 0.0,
         span_s, *_stats([r.ttft_s for r in done], 1e3), *_stats(tpot, 1e3), *_stats([r.latency_s for r in done], 1.0),
         float(np.mean([r.latency_s / r.output_len for r in done])))
 
@@ -113,7 +113,7 @@ def serving_point(system: str, rate_per_s: float, summary: ServingSummary, wall_
     return {"system": system, "rate_per_s": rate_per_s, "num_requests": s.num_requests,
             "num_finished": s.num_finished, "num_rejected": s.num_rejected,
             "num_unfinished": s.num_failed - s.num_rejected, "output_tok_s": s.output_tok_s,
-            "completion_tok_s": s.completion_tok_s, "total_tok_s": s.total_tok_s,
+            "window_tok_s": s.window_tok_s, "total_tok_s": s.total_tok_s,
             "mean_norm_latency_s": s.mean_norm_latency_s, "mean_latency_s": s.mean_latency_s,
             "mean_ttft_s": None if s.mean_ttft_ms is None else s.mean_ttft_ms / 1e3, "makespan_s": s.makespan_s,
             "num_preemptions": 0, "num_moved_blocks": 0, "sim_wall_s": wall_s}

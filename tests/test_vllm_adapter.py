@@ -131,13 +131,13 @@ def test_runner_records_map_to_summary():
     assert [r.output_len for r in served] == [5, 3, 3] and served[2].status == "rejected"
     s = summarize(served)
     assert (s.num_requests, s.num_finished, s.num_failed) == (3, 2, 1)
-    assert s.makespan_s == pytest.approx(4.0) and s.completion_tok_s == pytest.approx(8 / 4.0)
-    assert s.num_rejected == 1 and s.output_tok_s == pytest.approx(0.0)  # no step timeline given
+    assert s.makespan_s == pytest.approx(4.0) and s.output_tok_s == pytest.approx(8 / 4.0)
+    assert s.num_rejected == 1 and s.window_tok_s == pytest.approx(0.0)  # no step timeline given
     timed = summarize(served, step_end_s=[0.5, 0.9, 1.2, 3.0], step_tokens=[1, 2, 4, 1])
-    assert timed.output_tok_s == pytest.approx((1 + 2) / 1.0)  # steps inside the arrival window [0, 1]
+    assert timed.window_tok_s == pytest.approx((1 + 2) / 1.0)  # steps inside the arrival window [0, 1]
     point = serving_point("vllm-m", 2.0, timed, wall_s=4.5)
     assert point["num_unfinished"] == 0 and point["num_rejected"] == 1 and point["mean_ttft_s"] == pytest.approx(0.35)
-    assert point["completion_tok_s"] == pytest.approx(2.0) and point["sim_wall_s"] == 4.5
+    assert point["output_tok_s"] == pytest.approx(2.0) and point["sim_wall_s"] == 4.5
     assert s.total_tok_s == pytest.approx((8 + 14) / 4.0)
     assert s.mean_ttft_ms == pytest.approx((500 + 200) / 2)
     assert s.mean_tpot_ms == pytest.approx((2.0 / 4 + 2.8 / 2) / 2 * 1e3)
@@ -147,7 +147,7 @@ def test_runner_records_map_to_summary():
 
 def test_summary_of_nothing_finished():
     s = summarize([ServedRequest(0, 0.0, 4, 4, status="rejected")])
-    assert (s.num_finished, s.num_failed, s.num_rejected, s.completion_tok_s, s.mean_ttft_ms) == (0, 1, 1, 0.0, None)
+    assert (s.num_finished, s.num_failed, s.num_rejected, s.output_tok_s, s.mean_ttft_ms) == (0, 1, 1, 0.0, None)
 
 
 def test_agreement_counts_positions_and_first_mismatch():
@@ -230,7 +230,7 @@ def test_serving_point_fits_the_serving_schema():
     served = [ServedRequest(0, 0.0, 8, 4, 0, "finished", 0.2, 1.0), ServedRequest(1, 0.5, 8, 4, 1, "unfinished")]
     point = serving_point("vllm-s", 1.5, summarize(served, [0.2, 0.4], [1, 1]), wall_s=2.0)
     jsonschema.validate(point, {**schema["$defs"]["point"], "$defs": schema["$defs"]})
-    assert point["num_unfinished"] == 1 and point["output_tok_s"] == pytest.approx(2 / 0.5)
+    assert point["num_unfinished"] == 1 and point["window_tok_s"] == pytest.approx(2 / 0.5)
 
 
 def test_serve_local_honours_arrivals_matches_generate_and_rejects_what_fits_nowhere():

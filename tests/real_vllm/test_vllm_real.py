@@ -33,7 +33,7 @@ def test_compare_vllm_tokens_agree_and_result_is_written(tmp_path, capsys):
     assert ag["num_identical"] == ag["num_requests"] == 4, ag
     for system in ("local", "vllm"):
         s = result[system]["summary"]
-        assert s["num_finished"] == 4 and s["num_failed"] == 0 and s["completion_tok_s"] > 0
+        assert s["num_finished"] == 4 and s["num_failed"] == 0 and s["output_tok_s"] > 0
     assert result["vllm"]["summary"]["num_requests"] == 4 and result["throughput_ratio"] > 0
     assert result["vllm_version"] in printed and "4/4 requests identical" in printed
 
