@@ -86,3 +86,37 @@ fig8-distkv: $(STAMP)
 	$(BIN)/repro run --experiment e2e-datasets $(RUN_FLAGS)
 	$(BIN)/repro plot --experiment e2e-datasets
 	$(BIN)/repro report
+
+# The other figures (infinite-llm Fig 1, 2, 11, 12; distkv-llm Fig 9, 11, 12). attention-micro, kv-move and
+# remote-vs-local measure on this machine (--backend local: real processes, a few minutes on 2 cores) and
+# add the calibrated A100 numbers; motivation and migration are cost-model arithmetic (seconds).
+.PHONY: figures fig1 fig2 fig11 fig12 fig7-distkv fig9-distkv fig11-distkv fig12-distkv
+
+figures: fig1 fig2 fig7 fig9 fig10 fig11 fig12 fig8-distkv fig9-distkv fig11-distkv fig12-distkv
+	$(BIN)/repro report
+
+fig1: $(STAMP)
+	$(BIN)/repro run --experiment motivation $(RUN_FLAGS)
+	$(BIN)/repro plot --experiment motivation
+
+fig2: fig1
+
+fig11: $(STAMP)
+	$(BIN)/repro run --experiment attention-micro --backend local $(RUN_FLAGS)
+	$(BIN)/repro plot --experiment attention-micro
+
+fig12: $(STAMP)
+	$(BIN)/repro run --experiment kv-move --backend local $(RUN_FLAGS)
+	$(BIN)/repro plot --experiment kv-move
+
+fig7-distkv: fig9
+
+fig9-distkv: $(STAMP)
+	$(BIN)/repro run --experiment migration $(RUN_FLAGS)
+	$(BIN)/repro plot --experiment migration
+
+fig11-distkv: fig11
+
+fig12-distkv: $(STAMP)
+	$(BIN)/repro run --experiment remote-vs-local --backend local $(RUN_FLAGS)
+	$(BIN)/repro plot --experiment remote-vs-local
