@@ -12,7 +12,7 @@ ray = pytest.importorskip("ray")
 from click.testing import CliRunner  # noqa: E402
 
 from reference_impl.backends.local import generate as local_generate  # noqa: E402
-from reference_impl.backends.ray import RayConfig, RayEngine  # noqa: E402
+from reference_impl.backends.ray import RayConfig, RayEngine, check_reachable  # noqa: E402
 from reference_impl.engine import EngineConfig  # noqa: E402
 from reference_impl.gmanager import GManagerConfig  # noqa: E402
 from reference_impl.model import TINY, random_model  # noqa: E402
@@ -162,6 +162,8 @@ def test_ray_config_rejects_bad_settings():
         RayConfig(placement_strategy="RANDOM")
     with pytest.raises(ValueError, match="CPU"):
         RayConfig(cpus_per_instance=0)
+    with pytest.raises(ValueError, match="cannot reach the Ray cluster"):  # at once, not Ray's minutes of retries
+        check_reachable("127.0.0.1:1", 5.0)
 
 
 def test_serving_in_real_time_pools_what_vllm_m_rejects():

@@ -9,6 +9,7 @@ Failures: a gManager that Ray restarts is rebuilt from full heartbeats (the pape
 instance is dropped, the requests with KV on it are recomputed on the survivors (or fail with a reason when
 the survivors cannot hold them), and the survivors free every block and reservation those requests held.
 """
+import socket
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -52,6 +53,18 @@ class RayConfig:
         return self.address in (None, "local")
 
 
+def check_reachable(address: str, timeout_s: float) -> None:
+    """A quick TCP probe of HOST:PORT (or ray://HOST:PORT): Ray itself retries an unreachable head for minutes."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if address == "auto" or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=min(timeout_s, 10.0)).close()
+    except OSError as err:
+        raise InputError(f"cannot reach the Ray cluster at {address!r}: {err}; start it with "
+                         f"`ray start --head --port {port}` or check --address") from None
+
+
 def init_ray(rc: RayConfig) -> bool:
     """Start or join Ray; True when this call started it (the caller shuts it down). A remote cluster gets this
     package shipped as a py_module, so its nodes need only Python, torch and ray."""
@@ -61,6 +74,7 @@ def init_ray(rc: RayConfig) -> bool:
     if rc.is_private:
         ray.init(num_cpus=rc.num_cpus, **kwargs)
         return True
+    check_reachable(rc.address, rc.timeout_s)
     try:
         ray.init(address=rc.address, runtime_env={"py_modules": [str(Path(reference_impl.__file__).parent)]},
                  **kwargs)
