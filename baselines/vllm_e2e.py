@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from baselines.vllm_backend import random_prompts, requests_of, run_vllm_rounds
+from baselines.vllm_backend import check_vllm, random_prompts, requests_of, run_vllm_rounds, vllm_python
 from baselines.vllm_compare import serve_local
 from baselines.vllm_config import VllmSetup
 from baselines.vllm_metrics import serving_point, summarize
@@ -110,6 +110,7 @@ def run_group(config: RealE2EConfig, trace_id: int, model, folder, log) -> dict:
 def run(params, log) -> dict:
     """Data of the serving schema for real engines on this machine (the 'gpu' field names the CPU run)."""
     config = config_from_params(params)
+    check_vllm(vllm_python())  # one line on how to install it, before any work
     model = resolve_for_vllm("tiny", seed=config.seed)
     log(f"real engines: {config.num_instances} instances, tiny model {asdict(TINY_VLLM)['num_heads']} heads, "
         f"rates {list(config.rates_per_s)}/s, {config.num_requests} requests per trace")

@@ -273,3 +273,17 @@ def _fields(config) -> dict:
     from dataclasses import fields
 
     return {f.name: getattr(config, f.name) for f in fields(config)}
+
+
+def test_e2e_on_vllm_without_vllm_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    from repro.cli import main
+
+    if vllm_backend.find_spec("vllm") is not None:
+        pytest.skip("this Python has vLLM")
+    monkeypatch.setenv("VLLM_PYTHON", sys.executable)
+    check_vllm.cache_clear()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--experiment", "e2e", "--backend", "vllm", "--quick", "--results-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error: vLLM does not import") and "Traceback" not in err
+    assert not list(tmp_path.rglob("result.json"))

@@ -36,6 +36,9 @@ def run(params, log) -> dict:
     if params.backend == "ray":  # served for real by Ray actors: repro/experiments/serving_ray.py
         from repro.experiments.serving_ray import run_on_ray
         return run_on_ray(params, log, list(groups(QUICK if params.quick else FULL)))
+    if params.backend == "vllm":  # real vLLM-M vs our local engine at CPU scale: baselines/vllm_e2e.py
+        from baselines.vllm_e2e import run as run_real
+        return run_real(params, log)
     size = dict(QUICK if params.quick else FULL)
     size["short_requests"] = param(params, "short_requests", int, size["short_requests"])
     size["long_requests"] = param(params, "long_requests", int, size["long_requests"])
@@ -65,7 +68,7 @@ def run(params, log) -> dict:
 
 def claims(results) -> list[ClaimRow]:
     from repro.experiments.figures import main_result
-    result = main_result(results)
+    result = main_result(_not_vllm(results))
     data = result["data"]
     rows = []
     for claim_id, panel, paper, low, high in (("e2e-vs-vllm-m", "10a", "1.35x-1.73x", 1.35, 1.73),
@@ -88,8 +91,13 @@ def _why(g) -> str:
 def plot(results, figures_dir) -> list[str]:
     from repro.experiments.figures import main_result
     from repro.experiments.serving_plots import plot_curves
-    return plot_curves(main_result(results)["data"]["groups"], figures_dir, "fig10", "trace")
+    return plot_curves(main_result(_not_vllm(results))["data"]["groups"], figures_dir, "fig", "trace")
+
+
+def _not_vllm(results):
+    """Fig 10 and its claims: real-vLLM CPU runs (panel real-cpu) only when there is nothing else."""
+    return [r for r in results if r["params"]["backend"] != "vllm"] or results
 
 
 EXPERIMENT = Experiment("e2e", ("infinite-llm Fig 10a", "infinite-llm Fig 10b"), "serving.schema.json", run,
-                        default_run_id, plot=plot, claims=claims, backends=("sim", "ray"))
+                        default_run_id, plot=plot, claims=claims, backends=("sim", "ray", "vllm"))
