@@ -4,7 +4,7 @@ Caches are per (instance, tier): k/v [num_layers, num_blocks, block_size, num_kv
 planned once (`StepKV`), then `attend` is called per layer. Decode: a `micro_attention` partial over each
 location's rBlocks of every sequence (the creditor's share of DistAttention), merged with `scale_reduce`.
 Locations whose caches are slices of one tensor (instances sharing a device, `storage`) have their partials
-computed in one `micro_attention` call, one row per (location, sequence); each row is still its own partial.
+computed in one `micro_attention` call, one row per (location, sequence) piece; each row is its own partial.
 Prefill: causal attention of the prompt over each location's part of its KV, merged the same way.
 """
 import math
@@ -29,6 +29,14 @@ def causal_partial_attention(q, k, v, pos_q, pos_k, scale):
     probs = torch.exp(scores - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))[..., None])
     out = probs @ v.float().permute(1, 0, 2)[:, None]  # [Hkv, G, Tq, D]
     return out.permute(2, 0, 1, 3).reshape(tq, hq, d), lse.permute(2, 0, 1).reshape(tq, hq)
+
+
+def row_width(num_blocks: list[int]) -> int:
+    """Blocks per row minimising the padded blocks gathered plus half a block per row."""
+    def cost(w):
+        rows = sum(-(-n // w) for n in num_blocks)
+        return rows * w + 0.5 * rows
+    return min(range(1, max(num_blocks) + 1), key=lambda w: (cost(w), -w))
 
 
 def merge(parts):
@@ -62,7 +70,6 @@ class StepKV:
                 off.append(pos % block_size)
                 token += 1
         self.writes = {loc: tuple(torch.tensor(x, device=device) for x in w) for loc, w in self.writes.items()}
-        self.locations = sorted({(b.inst_id, b.device) for t in tables for b in t})
         if is_prefill:
             self.prefill_parts = [self._prefill_parts(t, n) for t, n in zip(tables, num_tokens)]
             self.query_spans = []
@@ -72,27 +79,42 @@ class StepKV:
                 start += new
             self.positions = [torch.arange(n - new, n, device=device) for n, new in zip(num_tokens, num_new)]
         else:
-            groups = {}  # storage key -> locations computed in one call
-            for loc in self.locations:
-                key, _ = storage[loc] if storage else (loc, 0)
-                groups.setdefault(key, []).append(loc)
-            self.decode_parts = [self._decode_part(key, locs, tables, num_tokens) for key, locs in groups.items()]
+            self.decode_parts = self._plan_decode(tables, num_tokens)
 
-    def _decode_part(self, key, locs, tables, num_tokens):
-        """One row per (location, sequence) pair holding tokens; `slots` = p * num_seqs + s of each row."""
-        rows, lens, slots = [], [], []
-        for p, loc in enumerate(locs):
-            offset = self.storage[loc][1] if self.storage else 0
-            for s, (table, n) in enumerate(zip(tables, num_tokens)):
-                mine = [i for i, b in enumerate(table) if (b.inst_id, b.device) == loc]
-                if mine:
-                    rows.append([table[i].address + offset for i in mine])
-                    lens.append(sum(min(self.block_size, n - i * self.block_size) for i in mine))
-                    slots.append(p * len(tables) + s)
-        width = max(len(r) for r in rows)
-        block_table = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int32, device=self.device)
-        return (key, len(locs), block_table, torch.tensor(lens, dtype=torch.int32, device=self.device),
-                torch.tensor(slots, device=self.device))
+    def _plan_decode(self, tables, num_tokens):
+        """Rows of partials per storage key. A (location, sequence) pair's rBlocks are cut into rows of
+        `row_width` blocks, so that a few long pairs do not pad every row; a row of sequence s lands in
+        slot j * num_seqs + s (j: its ordinal among s's partials), and the slots merge with scale_reduce."""
+        num_seqs = len(tables)
+        held = {}  # location -> {seq: ([physical addresses], [tokens per block])}
+        for s, (table, n) in enumerate(zip(tables, num_tokens)):
+            for i, b in enumerate(table):
+                addresses, tokens = held.setdefault((b.inst_id, b.device), {}).setdefault(s, ([], []))
+                addresses.append(b.address)
+                tokens.append(max(0, min(self.block_size, n - i * self.block_size)))
+        groups = {}  # storage key -> locations computed in one call
+        for loc in sorted(held):
+            groups.setdefault(self.storage[loc][0] if self.storage else loc, []).append(loc)
+        next_j = [0] * num_seqs
+        parts = []
+        for key, locs in groups.items():
+            pairs = [(loc, s, a, t) for loc in locs for s, (a, t) in held[loc].items()]
+            width = row_width([len(a) for _, _, a, _ in pairs])
+            rows, lens, slots = [], [], []
+            for loc, s, addresses, tokens in pairs:
+                offset = self.storage[loc][1] if self.storage else 0
+                for c in range(0, len(addresses), width):
+                    rows.append([a + offset for a in addresses[c:c + width]])
+                    lens.append(sum(tokens[c:c + width]))
+                    slots.append(next_j[s] * num_seqs + s)
+                    next_j[s] += 1
+            width = max(len(r) for r in rows)
+            block_table = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int32,
+                                       device=self.device)
+            parts.append((key, block_table, torch.tensor(lens, dtype=torch.int32, device=self.device),
+                          torch.tensor(slots, device=self.device)))
+        self.num_partials = max(next_j)
+        return parts
 
     def _prefill_parts(self, table, n):
         parts = []
@@ -112,21 +134,18 @@ class StepKV:
             v_cache[layer, addr, off] = v[idx].to(v_cache.dtype)
         if self.is_prefill:
             return self._prefill(layer, q)
-        num_seqs = q.shape[0]
-        outs, lses = [], []
-        for key, num_parts, block_table, seq_lens, slots in self.decode_parts:
+        num_seqs, num_parts = q.shape[0], self.num_partials
+        # slots without a partial stay empty: out 0, lse -inf
+        full_out = q.new_zeros(num_parts * num_seqs, *q.shape[1:])
+        full_lse = torch.full((num_parts * num_seqs, q.shape[1]), float("-inf"), device=q.device)
+        for key, block_table, seq_lens, slots in self.decode_parts:
             k_cache, v_cache = self.shared[key] if self.storage else self.caches[key]
             out, lse = micro_attention(q[slots % num_seqs], k_cache[layer], v_cache[layer], block_table, seq_lens,
                                        check_ranges=False)
-            if num_parts == 1 and len(self.decode_parts) == 1 and out.shape[0] == num_seqs:
-                return out
-            # pairs without tokens stay empty partials: out 0, lse -inf
-            full_out = out.new_zeros(num_parts * num_seqs, *q.shape[1:])
-            full_lse = lse.new_full((num_parts * num_seqs, q.shape[1]), float("-inf"))
             full_out[slots], full_lse[slots] = out, lse
-            outs.append(full_out.view(num_parts, *q.shape))
-            lses.append(full_lse.view(num_parts, *q.shape[:2]))
-        out, _ = scale_reduce(torch.cat(outs), torch.cat(lses))
+        if num_parts == 1:
+            return full_out
+        out, _ = scale_reduce(full_out.view(num_parts, *q.shape), full_lse.view(num_parts, *q.shape[:2]))
         return out
 
     def _prefill(self, layer, q):

@@ -42,3 +42,26 @@ def test_decode_partials_same_with_and_without_shared_storage():
         vs = torch.cat([separate[(blk.inst_id, blk.device)][1][1, blk.address] for blk in table])[:n]
         ref = contiguous_attention(q[s:s + 1], ks, vs, torch.tensor([n - 1]), torch.arange(n))
         torch.testing.assert_close(out_a[s:s + 1], ref, atol=1e-5, rtol=1e-5)
+
+
+def test_row_width_keeps_uniform_rows_and_cuts_uneven_ones():
+    from reference_impl.kv_layer import row_width
+
+    assert row_width([6] * 10) == 6
+    assert row_width([1, 1, 1, 6]) < 6
+
+
+def test_decode_rows_cut_to_single_blocks_match(monkeypatch):
+    import reference_impl.kv_layer as kv_layer
+
+    gen = torch.Generator().manual_seed(2)
+    k_cache = torch.randn(LAYERS, 8, BS, HKV, D, generator=gen)
+    v_cache = torch.randn_like(k_cache)
+    caches = {(0, DEVICE): (k_cache, v_cache)}
+    tables = [[RBlock(i, 0, DEVICE, a) for i, a in enumerate((5, 1, 7))], [RBlock(9, 0, DEVICE, 2)]]
+    q, k, v = (torch.randn(2, h, D, generator=gen) for h in (HQ, HKV, HKV))
+    whole = StepKV(caches, tables, [10, 3], [1, 1], BS, False, "cpu").attend(0, q, k, v)
+    monkeypatch.setattr(kv_layer, "row_width", lambda num_blocks: 1)
+    cut = StepKV(caches, tables, [10, 3], [1, 1], BS, False, "cpu")
+    assert cut.num_partials == 3
+    torch.testing.assert_close(cut.attend(0, q, k, v), whole, atol=1e-6, rtol=1e-6)
