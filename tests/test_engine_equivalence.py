@@ -31,8 +31,8 @@ def hf_folder(request, tmp_path_factory):
 
 
 def hf_greedy(folder, prompt):
-    model = transformers.LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32,
-                                                          attn_implementation="eager").eval()
+    # the folder holds fp32 weights; eager attention keeps the reference plain
+    model = transformers.LlamaForCausalLM.from_pretrained(folder, attn_implementation="eager").float().eval()
     tokens, logits = [], []
     with torch.no_grad():
         out = model(torch.tensor([prompt]), use_cache=True)
