@@ -6,7 +6,7 @@ runs `micro_attention` over all S tokens of its heads, and the owner gathers (ou
 import torch
 import torch.distributed as dist
 
-from reference_impl.dist_attention_dist import OWNER, nbytes, pack, paged, unpack
+from reference_impl.dist_attention_dist import OWNER, nbytes, pack, unpack
 from reference_impl.kernels import micro_attention
 
 
@@ -28,5 +28,3 @@ def tp_attention_step(q: torch.Tensor | None, q_shard_buf: torch.Tensor, kv_page
     lse = torch.cat([p[1] for p in parts], dim=1)
     return (out, lse), nbytes(q_shard_buf) * (world_size - 1)
 
-
-__all__ = ["tp_attention_step", "paged"]
