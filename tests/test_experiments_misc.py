@@ -73,3 +73,18 @@ def test_motivation_capacity_efficiency_and_utilisation_bounds(tmp_path):
         assert 0 < r["compute_util"] < 1 and 0 < r["memory_util"] < 1 and r["batch_size"] <= r["max_batch"]
     assert len(exp.plot(results, str(tmp_path / "fig"))) == 4
     assert {r.claim_id for r in exp.claims(results)} == {"obs1-static-tp", "obs2-utilization"}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--experiment", "migration", "--param", "load_gb_s=fast"], "error: --param load_gb_s= takes a number"),
+    (["--experiment", "attention-micro", "--backend", "local", "--param", "contexts=100"],
+     "error: context length 100 must be a positive multiple"),
+    (["--experiment", "kv-move", "--param", "batch_size=0"], "error: --param batch_size="),
+])
+def test_bad_params_are_one_line_errors_and_write_nothing(tmp_path, capsys, argv, message):
+    from repro.cli import main
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", *argv, "--results-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith(message) and "Traceback" not in err
+    assert not any(tmp_path.rglob("*.json"))
