@@ -75,9 +75,9 @@ def after_move(debtor: InstanceView, creditor: InstanceView, req_id: int, k: int
 
 
 def best_block_count(tps, limit: int, max_evals: int | None = None) -> int:
-    """The smallest k in [0, limit] maximising tps(k). With `max_evals`, a coarse grid of that many points
-    then every k within one grid step of the best (exact when tps is unimodal in k; the simulator uses it
-    so a round costs O(instances), not O(blocks))."""
+    """The smallest k in [0, limit] maximising tps(k). With `max_evals`, a grid of that many points, then a
+    grid again within one step of the best, until the step is 1 (exact when tps is unimodal in k; the
+    simulator uses it so a round costs O(instances), not O(blocks))."""
     memo: dict[int, float] = {}
 
     def value(k: int) -> float:
@@ -85,14 +85,14 @@ def best_block_count(tps, limit: int, max_evals: int | None = None) -> int:
             memo[k] = tps(k)
         return memo[k]
 
-    if max_evals is None or limit + 1 <= max_evals:
-        ks = range(limit + 1)
-    else:
-        step = -(-limit // (max(2, max_evals) - 1))
-        coarse = sorted(set(range(0, limit + 1, step)) | {limit})
-        best = max(coarse, key=lambda k: (value(k), -k))
-        ks = sorted(set(coarse) | set(range(max(0, best - step + 1), min(limit, best + step - 1) + 1)))
-    return max(ks, key=lambda k: (value(k), -k))
+    lo, hi = 0, limit
+    if max_evals is not None:
+        points = max(3, max_evals)
+        while hi - lo + 1 > points:
+            step = -(-(hi - lo) // (points - 1))
+            best = max(sorted(set(range(lo, hi + 1, step)) | {hi}), key=lambda k: (value(k), -k))
+            lo, hi = max(lo, best - step + 1), min(hi, best + step - 1)
+    return max(sorted(set(range(lo, hi + 1)) | set(memo)), key=lambda k: (value(k), -k))
 
 
 def plan_moves(views: dict[int, InstanceView], model: PerfModel, block_size: int, beta_thres: int,

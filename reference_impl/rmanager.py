@@ -199,7 +199,7 @@ class RManager:
         if req_id not in self.tables or req_id in self.frozen or dst_inst not in self.peers:
             return False
         pending = sum(m.num_blocks for m in self.moves if m.req_id == req_id)
-        num_blocks = min(num_blocks, len(self._movable(req_id, dst_inst)) - pending)
+        num_blocks = min(num_blocks, self._num_movable(req_id, dst_inst) - pending)
         if num_blocks <= 0 or not self.peers[dst_inst].try_move_kvcache(req_id, num_blocks):
             return False
         self.moves.append(KVMove(req_id, dst_inst, num_blocks))
@@ -210,6 +210,11 @@ class RManager:
         if dst_inst == self.inst_id:
             return [i for i, b in enumerate(table) if b.inst_id != self.inst_id]
         return [i for i, b in enumerate(table) if b.inst_id == self.inst_id]
+
+    def _num_movable(self, req_id: int, dst_inst: int) -> int:
+        """len(self._movable(...)) in O(1): `hosted` counts the request's blocks physically here."""
+        here = self.hosted.get(req_id, 0)
+        return len(self.tables[req_id]) - here if dst_inst == self.inst_id else here
 
     def _iter_movable(self, req_id: int, dst_inst: int):
         table = self.tables[req_id]
@@ -236,7 +241,7 @@ class RManager:
                 self.tables[move.req_id][index] = dst
                 move.num_blocks -= 1
                 budget -= 1
-            if not move.num_blocks or next(self._iter_movable(move.req_id, move.dst_inst), None) is None:
+            if not move.num_blocks or not self._num_movable(move.req_id, move.dst_inst):
                 self.peers[move.dst_inst].cancel_reservation(move.req_id, move.num_blocks)
                 self.moves.remove(move)
         if pairs:

@@ -22,12 +22,12 @@ class SimConfig:
     block_size: int = 128  # tokens per rBlock (a coarse block keeps Algorithm 1's k search short)
     max_batch_size: int = 256
     move_chunk_tokens: int = 128  # KV moved per instance and step (overlapped with the step's compute)
-    gmanager_interval_s: float = 0.5  # heartbeats + gManager round (recalls, Algorithm 1, DGFM)
+    gmanager_interval_s: float = 1.0  # heartbeats + gManager round (recalls, Algorithm 1, DGFM)
     dgfm: bool = True
     # creditors a spilling rManager may try per gManager query; None = all instances. distkv-llm 4.4 suggests a
     # few, but with heartbeat-stale status a few drained ones can block a long all-or-none admission for good
     num_candidates: int | None = None
-    max_k_evals: int | None = 32  # Algorithm 1's k search: coarse-to-fine (None: every k, the paper's loop)
+    max_k_evals: int | None = 16  # Algorithm 1's k search: coarse-to-fine (None: every k, the paper's loop)
     max_lent_blocks: int | None = None
     seed: int = 0
 

@@ -1,5 +1,5 @@
 """The systems compared in the experiments, as policies over one cluster config (a dict that feeds click.Choice)."""
-from reference_impl.calibration.specs import model_spec
+from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.errors import InputError
 from reference_impl.sim.config import SimConfig, perf_model
 
@@ -27,6 +27,7 @@ def instance_tp(model: str, gpu: str, *, max_tp: int = 8) -> int:
     """Infinite-LLM's instance parallelism: the smallest TP (1, 2, 4, 8) leaving >= KV_SHARE_MIN of usable
     GPU memory for KV; non-attention layers stay on as few GPUs as serve them well (infinite-llm 7.1)."""
     model_spec(model)
+    gpu_entry(gpu)
     for tp in (1, 2, 4, 8):
         if tp > max_tp:
             break
