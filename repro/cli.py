@@ -15,6 +15,7 @@ COMMANDS = {
     "profile": "repro.commands.profile:profile",
     "report": "repro.commands.report:report",
     "run": "repro.commands.run:run",
+    "simulate": "repro.commands.simulate:simulate",
     "workloads": "repro.commands.workloads:workloads",
 }
 
