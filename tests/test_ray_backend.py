@@ -199,3 +199,43 @@ def test_e2e_quick_on_ray_validates_against_the_schema(tmp_path):
     pooled = {p["system"]: p for p in group["points"]}
     assert pooled["infinite-llm"]["num_finished"] == 4 and pooled["infinite-llm"]["output_tok_s"] > 0
     assert set(pooled) == {"infinite-llm", group["baseline"]}
+
+
+def test_dgfm_swap_across_actors_matches_the_local_engine():
+    """A debt cycle (0's request lends on 1, 1's on 0) on full instances: the gManager round swaps the
+    blocks home through the actors' tables and the object store, exactly as the local engine does."""
+    from reference_impl.backends.local import LocalBackend
+    from reference_impl.engine import Engine
+
+    config = EngineConfig(2, 6, block_size=4, gmanager_interval_steps=0)
+
+    def scenario(engine):
+        # 13 + 3 tokens and 5 + 3 tokens: no request needs a new rBlock while decoding
+        seqs = [Sequence(0, list(range(1, 14)), 3), Sequence(1, list(range(20, 33)), 3),
+                Sequence(2, [4, 5, 6, 7, 8], 3), Sequence(3, [9, 8, 7, 6, 5], 3)]
+
+        def put(seq, inst_id):
+            getattr(engine, "mirror", {})[seq.req_id] = seq
+            engine.instances[inst_id].scheduler.add(seq)
+
+        put(seqs[0], 0)
+        put(seqs[1], 1)
+        engine.step()
+        assert engine.rmanagers[0].move_kvcache(0, 2, 1) and engine.rmanagers[1].move_kvcache(1, 2, 0)
+        engine.step()
+        put(seqs[2], 0)
+        put(seqs[3], 1)
+        engine.step()  # both instances are full now: only a swap can bring the blocks home
+        engine.heartbeats()
+        engine.gmanager_round()
+        engine.run()
+        return [s.output_ids for s in seqs], [s.placement for s in seqs], engine.num_swaps
+
+    local = scenario(Engine(config, LocalBackend(MODEL, config)))
+    assert local[2] == 1 and local[1][:2] == [{0: 4}, {1: 4}]  # the swap brought both requests home
+    engine = RayEngine(config, MODEL)
+    try:
+        assert scenario(engine) == local
+        assert_idle(engine)
+    finally:
+        engine.shutdown()

@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -88,12 +87,12 @@ class RayEngine(Engine):
 
     def __init__(self, config: EngineConfig, model: LlamaModel, ray_config: RayConfig = RayConfig(), *,
                  gmanager_config: GManagerConfig | None = None, perf_model=None):
-        # Engine.__init__ would build the instances in this process; here they are built inside the actors.
+        # Engine.__init__ sets the engine's state and counters; the one empty local instance and the gManager it
+        # builds are replaced below by handles to the actors.
+        super().__init__(replace(config, num_instances=1, blocks_per_instance=0, cpu_blocks_per_instance=0), self,
+                         gmanager_config=gmanager_config, perf_model=perf_model)
         self.config = config
         self.ray_config = ray_config
-        self.rng = np.random.default_rng(config.seed)
-        self.num_steps = 0
-        self.finished: list[Sequence] = []
         self.mirror: dict[int, Sequence] = {}  # req_id -> the caller's Sequence, tokens mirrored every step
         self.home_of: dict[int, int] = {}
         self.failed: dict[int, str] = {}  # req_id -> why it could not finish
