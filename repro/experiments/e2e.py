@@ -15,7 +15,7 @@ GPU = "A100-80GB-SXM"
 LONG_SETTINGS = {3: ("llama2-7b", 2), 4: ("llama2-13b", 4), 5: ("llama2-70b", 8), 6: ("llama2-13b", 8),
                  7: ("llama2-7b", 16), 8: ("llama2-7b", 32)}
 FULL = dict(short_traces=(0, 1, 2), instance_counts=(4, 8), long_traces=(3, 4, 5, 6, 7, 8),
-            short_requests=300, long_requests=24, multipliers=(0.5, 1.0, 2.0, 4.0),
+            short_requests=300, long_requests=12, multipliers=(0.5, 1.0, 2.0, 4.0),
             sweep_links=("intra-node", "inter-node", "0.125"))
 QUICK = dict(short_traces=(0,), instance_counts=(4,), long_traces=(3,), short_requests=100, long_requests=10,
              multipliers=(0.5, 2.0), sweep_links=("0.125",))
