@@ -37,7 +37,8 @@ def test_e2e_quick_throughput_is_pinned(tmp_path):
     rows = exp.claims(load_results(tmp_path, exp))
     assert {r.claim_id for r in rows} == {"e2e-vs-vllm-m", "e2e-vs-vllm-s"}
     written = exp.plot(load_results(tmp_path, exp), str(tmp_path / "figures"))
-    assert sorted(p.rsplit("/", 1)[1] for p in written) == ["fig10a.pdf", "fig10a.png", "fig10b.pdf", "fig10b.png"]
+    assert sorted(p.rsplit("/", 1)[1] for p in written) == [f"infinite-llm-fig10{panel}.{ext}" for panel in "ab"
+                                                            for ext in ("pdf", "png")]
 
 
 def test_small_e2e_run_gives_the_same_numbers_twice():
@@ -48,8 +49,8 @@ def test_small_e2e_run_gives_the_same_numbers_twice():
     assert strip(first) == strip(second) and first["link_sweep"] == second["link_sweep"]
 
 
-@pytest.mark.parametrize("name, figure", [("context-length", "fig9-context-length.png"),
-                                          ("perf-model", "fig7-perf-model.png")])
+@pytest.mark.parametrize("name, figure", [("context-length", "infinite-llm-fig9.png"),
+                                          ("perf-model", "infinite-llm-fig7.png")])
 def test_quick_runs_validate_plot_and_report(tmp_path, name, figure):
     exp = get_experiment(name)
     run_and_save(exp, RunParams(quick=True), tmp_path, **QUIET)

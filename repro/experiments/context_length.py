@@ -115,7 +115,7 @@ def plot(results, figures_dir) -> list[str]:
         ax.set_title(f"{row['model']}, {row['num_gpus']} GPUs", fontsize=8)
         ax.set_xlabel("context length")
         ax.set_ylabel("decode tokens/s")
-    return save(fig, figures_dir, "fig9-context-length")
+    return save(fig, figures_dir, "infinite-llm-fig9")
 
 
 EXPERIMENT = Experiment("context-length", ("infinite-llm Fig 9", "distkv-llm Fig 7"), "context_length.schema.json",

@@ -91,7 +91,7 @@ def _why(g) -> str:
 def plot(results, figures_dir) -> list[str]:
     from repro.experiments.figures import main_result
     from repro.experiments.serving_plots import plot_curves
-    return plot_curves(main_result(_not_vllm(results))["data"]["groups"], figures_dir, "fig", "trace")
+    return plot_curves(main_result(_not_vllm(results))["data"]["groups"], figures_dir, "infinite-llm-fig", "trace")
 
 
 def _not_vllm(results):

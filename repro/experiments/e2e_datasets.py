@@ -55,7 +55,7 @@ def claims(results) -> list[ClaimRow]:
 
 def plot(results, figures_dir) -> list[str]:
     from repro.experiments.serving_plots import plot_curves
-    return plot_curves(main_result(results)["data"]["groups"], figures_dir, "distkv-fig", "dataset")
+    return plot_curves(main_result(results)["data"]["groups"], figures_dir, "distkv-llm-fig", "dataset")
 
 
 EXPERIMENT = Experiment("e2e-datasets", ("distkv-llm Fig 8",), "serving.schema.json", run, default_run_id,

@@ -135,7 +135,7 @@ def plot(results, figures_dir) -> list[str]:
     ax.set_xlabel(f"rBlocks moved ({data['block_size']} tokens each)")
     ax.set_ylabel("decode tokens/s")
     ax.set_title(f"LLaMA2-7B, 2 A100 instances, debtor context {data['long_len'] // 1000}K", fontsize=9)
-    return save(fig, figures_dir, "fig7-perf-model")
+    return save(fig, figures_dir, "infinite-llm-fig7")
 
 
 EXPERIMENT = Experiment("perf-model", ("infinite-llm Fig 7",), "perf_model.schema.json", run, default_run_id,
