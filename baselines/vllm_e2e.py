@@ -7,7 +7,7 @@ thread per system. vLLM's engines start once and serve every rate in turn. The o
 experiments' data (repro/schemas/serving.schema.json), so plots and reports read it like a simulated run.
 """
 import tempfile
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -112,7 +112,7 @@ def run(params, log) -> dict:
     config = config_from_params(params)
     check_vllm(vllm_python())  # one line on how to install it, before any work
     model = resolve_for_vllm("tiny", seed=config.seed)
-    log(f"real engines: {config.num_instances} instances, tiny model {asdict(TINY_VLLM)['num_heads']} heads, "
+    log(f"real engines: {config.num_instances} instances, tiny model with {TINY_VLLM.num_heads} heads, "
         f"rates {list(config.rates_per_s)}/s, {config.num_requests} requests per trace")
     with tempfile.TemporaryDirectory(prefix="e2e-vllm-") as scratch:
         folder = save_hf_folder(model, f"{scratch}/tiny-hf")
