@@ -21,7 +21,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 import reference_impl
 from reference_impl.backends.local import check_prompts
-from reference_impl.backends.ray_actors import GManagerActor, InstanceActor
+from reference_impl.backends.ray_actors import InstanceActor
+from reference_impl.backends.ray_gmanager import GManagerActor
 from reference_impl.backends.ray_remote import GManagerHandle, InstanceHandle, PeerFailed
 from reference_impl.engine import Engine, EngineConfig
 from reference_impl.errors import InputError

@@ -1,4 +1,4 @@
-"""The Ray actors: one per instance (model replica, rManager, scheduler, rBlock caches) and the gManager.
+"""The instance actor: model replica, rManager, scheduler and rBlock caches (the gManager's is ray_gmanager.py).
 
 They wrap the engine's own classes; peers are `RemoteRManager` views, so `RManager`, `Scheduler` and `Instance`
 run unchanged. The driver steps one instance at a time, as the local engine does, so the calls of one step
@@ -7,7 +7,6 @@ form a single chain across actors; threaded actors (max_concurrency > 1) serve t
 """
 import os
 
-import numpy as np
 import ray
 import torch
 from ray.exceptions import RayActorError
@@ -16,7 +15,6 @@ from reference_impl.backends.local import LocalBackend
 from reference_impl.backends.ray_kv import ActorStepKV, attend_part
 from reference_impl.backends.ray_remote import RemoteRManager
 from reference_impl.engine import EngineConfig
-from reference_impl.gmanager import GManager
 from reference_impl.instance import Instance
 from reference_impl.model import LlamaModel
 from reference_impl.rblock import RBlock
@@ -221,24 +219,3 @@ class InstanceActor:
 
     def step_times_s(self) -> list[float]:
         return list(self.backend.step_times_s)
-
-
-@ray.remote(max_concurrency=1)
-class GManagerActor:
-    """The gManager; `boot_id` changes when Ray restarts the actor, which tells the driver to fail over."""
-
-    def __init__(self, config, perf_model):
-        self.boot_id = os.urandom(8).hex()
-        self.gm = GManager(config, perf_model)
-
-    def call(self, name: str, *args):
-        if name == "plan_dgfm":
-            rng = np.random.default_rng()
-            rng.bit_generator.state = args[0]
-            return self.boot_id, (self.gm.plan_dgfm(rng), rng.bit_generator.state)
-        if name == "reset":
-            self.gm = GManager(self.gm.config, self.gm.perf_model)
-            return self.boot_id, None
-        if name not in ("heartbeat", "homes", "run_round", "swap_done", "recommend_creditors", "placement_map"):
-            raise ValueError(f"unknown gManager call {name!r}")
-        return self.boot_id, getattr(self.gm, name)(*args)
