@@ -12,7 +12,7 @@ from reference_impl.sim.systems import cluster
 from workloads.paper_tables import DATASETS
 
 GPU = "A100-80GB-SXM"
-FULL = dict(datasets=tuple(range(1, 19)), num_requests=24, multipliers=(0.5, 1.0, 2.0, 4.0))
+FULL = dict(datasets=tuple(range(1, 19)), num_requests=12, multipliers=(0.5, 1.0, 2.0, 4.0))
 QUICK = dict(datasets=(1, 7), num_requests=10, multipliers=(1.0, 4.0))
 PAPER_RANGES = {0.01: ("1.4x-2.4x", 1.4, 2.4), 0.10: ("1.1x-1.4x", 1.1, 1.4), 0.30: ("1.03x-1.3x", 1.03, 1.3)}
 
