@@ -39,15 +39,15 @@ def test_vllm_m_rejects_exactly_the_requests_that_exceed_one_instance():
     assert max(r.max_creditors for r in inf.requests) >= 1
 
 
-def test_infinite_llm_serves_every_request_of_long_traces():
-    for trace in (3, 8):
-        model, gpus = {3: ("llama2-7b", 2), 8: ("llama2-7b", 32)}[trace]
-        requests = generate(trace_id=trace, num_requests=6 if trace == 3 else 3, rate_per_s=0.05, seed=1,
-                            options=SourceOptions(source="fitted"))
-        result = simulate(cluster(model, GPU, gpus), requests)
-        assert [r.status for r in result.requests] == [FINISHED] * len(requests), trace
-        for r in result.requests:
-            assert r.arrival_s <= r.first_token_s <= r.finish_s
+@pytest.mark.parametrize("trace", [3, 4, 5, 6, 7, 8])
+def test_infinite_llm_serves_every_request_of_long_traces(trace):
+    from repro.experiments.e2e import LONG_SETTINGS
+    model, gpus = LONG_SETTINGS[trace]
+    requests = generate(trace_id=trace, num_requests=4, rate_per_s=0.05, seed=1, options=SourceOptions("fitted"))
+    result = simulate(cluster(model, GPU, gpus), requests)
+    assert [r.status for r in result.requests] == [FINISHED] * len(requests)
+    for r in result.requests:
+        assert r.arrival_s <= r.first_token_s <= r.finish_s
 
 
 def test_same_seed_same_result_bit_for_bit():
