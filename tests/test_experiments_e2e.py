@@ -111,3 +111,13 @@ def test_run_cli_unknown_experiment_is_one_error():
     from repro.cli import cli
     res = CliRunner().invoke(cli, ["run", "--experiment", "fig99"])
     assert res.exit_code == 2 and "fig99" in res.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--experiment", "perf-model", "--param", "link=fast"], "unknown link"),
+    (["--experiment", "e2e", "--param", "short_requests=many"], "not a valid int"),
+])
+def test_run_bad_param_is_one_line_and_leaves_no_result(tmp_path, capsys, args, message):
+    assert _cli(["run", "--quick", "--results-dir", str(tmp_path)] + args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and not any(tmp_path.rglob("*.json"))
