@@ -89,8 +89,12 @@ def engine_env(setup: VllmSetup) -> dict[str, str]:
     if setup.device != "cpu":
         return {}
     env = {"VLLM_CPU_KVCACHE_SPACE": str(setup.cpu_kvcache_gb), "VLLM_TARGET_DEVICE": "cpu"}
-    if setup.cpu_threads is not None:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = "0" if setup.cpu_threads == 1 else f"0-{setup.cpu_threads - 1}"
+    ranks = max(tp * pp for tp, pp in setup.layouts)
+    if setup.cpu_threads is not None or ranks > 1:
+        # vLLM's "auto" binding wants a NUMA node per TP/PP rank; a one-node machine needs the cores named per rank
+        per_rank = setup.cpu_threads or 1
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
+            str(r * per_rank) if per_rank == 1 else f"{r * per_rank}-{(r + 1) * per_rank - 1}" for r in range(ranks))
     return env
 
 

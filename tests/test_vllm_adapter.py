@@ -90,6 +90,8 @@ def test_engine_kwargs_translate_the_setup():
     assert gpu["distributed_executor_backend"] == "ray" and "enforce_eager" not in gpu
     assert "num_gpu_blocks_override" not in gpu
     assert engine_env(VllmSetup(cpu_threads=2))["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+    assert engine_env(VllmSetup("vllm-s", 2))["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
+    assert engine_env(VllmSetup("vllm-s", 2, cpu_threads=2))["VLLM_CPU_OMP_THREADS_BIND"] == "0-1|2-3"
     assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_env(VllmSetup())
     assert engine_env(VllmSetup(device="cuda", cpu_threads=1)) == {}
 

@@ -1,7 +1,7 @@
 """`make test-vllm`: the adapter end to end on real vLLM (CPU build in .venv-vllm), deselected from `make test`.
 
-Two vLLM runs (each starts engines, ~1 min on 2 cores): compare-vllm through the CLI, and vLLM-M with two
-engines, arrivals and a request too big for one engine."""
+Three vLLM runs (each starts engines, ~1 min on 2 cores): compare-vllm through the CLI, vLLM-M with two
+engines, arrivals and a request too big for one engine, and vLLM-S as one tensor-parallel engine."""
 import json
 
 import pytest
@@ -54,3 +54,15 @@ def test_vllm_m_two_engines_dispatch_arrivals_and_rejection(tmp_path):
     assert all(r.first_token_s >= r.arrival_s for r in run.served[:4])
     local = generate(model, prompts[:4], 8, EngineConfig(1, 32, block_size=32), ignore_eos=True).token_ids
     assert run.token_ids[:4] == local
+
+
+def test_vllm_s_tensor_parallel_engine_matches_local(tmp_path):
+    model = resolve_for_vllm("tiny", seed=5)
+    folder = save_hf_folder(model, tmp_path / "tiny")
+    import numpy as np
+
+    prompts = random_prompts([20, 33], model.config.vocab_size, np.random.default_rng(5))
+    run = run_vllm(VllmSetup("vllm-s", num_devices=2, blocks_per_engine=16, max_model_len=128), folder, prompts,
+                   [8, 8], log_path=str(tmp_path / "vllm.log"))  # one engine, tensor parallel 2 (one core per rank)
+    assert [r.status for r in run.served] == ["finished"] * 2
+    assert run.token_ids == generate(model, prompts, 8, EngineConfig(1, 16, block_size=32), ignore_eos=True).token_ids
