@@ -6,7 +6,7 @@ runs `micro_attention` over all S tokens of its heads, and the owner gathers (ou
 import torch
 import torch.distributed as dist
 
-from reference_impl.dist_attention_dist import OWNER, nbytes, pack, unpack
+from reference_impl.dist_attention_dist import OWNER, gather_partials, nbytes
 from reference_impl.kernels import micro_attention
 
 
@@ -18,12 +18,9 @@ def tp_attention_step(q: torch.Tensor | None, q_shard_buf: torch.Tensor, kv_page
         chunks = [c.contiguous() for c in chunks]
     dist.scatter(q_shard_buf, chunks, src=OWNER)
     out, lse = micro_attention(q_shard_buf, *kv_paged, check_ranges=False)
-    msg = pack(out, lse)
-    gathered = [torch.empty_like(msg) for _ in range(world_size)] if rank == OWNER else None
-    dist.gather(msg, gathered, dst=OWNER)
-    if rank != OWNER:
-        return None, nbytes(msg)
-    parts = [unpack(m) for m in gathered]
+    parts, sent = gather_partials(out, lse, rank, world_size)
+    if parts is None:
+        return None, sent
     out = torch.cat([p[0] for p in parts], dim=1).to(q.dtype)
     lse = torch.cat([p[1] for p in parts], dim=1)
     return (out, lse), nbytes(q_shard_buf) * (world_size - 1)

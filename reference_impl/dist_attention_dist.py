@@ -97,17 +97,24 @@ def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def gather_partials(out: torch.Tensor, lse: torch.Tensor, rank: int, world_size: int):
+    """Every rank's (out, lse) as a list on the owner (None elsewhere), and the bytes this rank sent."""
+    msg = pack(out, lse)
+    gathered = [torch.empty_like(msg) for _ in range(world_size)] if rank == OWNER else None
+    dist.gather(msg, gathered, dst=OWNER)
+    if rank != OWNER:
+        return None, nbytes(msg)
+    return [unpack(m) for m in gathered], 0
+
+
 def dist_attention_step(q_buf: torch.Tensor, kv_paged, rank: int, world_size: int):
     """One DistAttention decode step. q_buf [1, H, D] holds q on the owner (overwritten elsewhere).
 
     Returns ((out [1, H, D], lse [1, H]) on the owner else None, bytes this rank sent)."""
     dist.broadcast(q_buf, src=OWNER)
     out, lse = micro_attention(q_buf, *kv_paged, check_ranges=False)
-    msg = pack(out, lse)
-    gathered = [torch.empty_like(msg) for _ in range(world_size)] if rank == OWNER else None
-    dist.gather(msg, gathered, dst=OWNER)
-    if rank != OWNER:
-        return None, nbytes(msg)
-    parts = [unpack(m) for m in gathered]
+    parts, sent = gather_partials(out, lse, rank, world_size)
+    if parts is None:
+        return None, sent
     merged = scale_reduce(torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts]))
     return (merged[0].to(q_buf.dtype), merged[1]), nbytes(q_buf) * (world_size - 1)
