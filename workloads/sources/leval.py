@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from reference_impl.errors import InputError
 from workloads.sources import real
 from workloads.sources.hub import hub_reachable
-from workloads.sources.json_stream import iter_json_array
 from workloads.tokens import TokenCounter
 
 HUB_DATASET = "L4NLP/LEval"
@@ -28,21 +27,10 @@ def lengths_from_records(name: str, records: Iterable, count: TokenCounter) -> r
 
 def load_file(path: str | os.PathLike, count: TokenCounter) -> real.RealLengths:
     """L-Eval records from a local .jsonl (one per line) or .json (an array) file."""
-    name = f"leval-file:{os.path.basename(path)}"
-    try:
-        with open(path, encoding="utf-8") as fp:
-            if str(path).endswith(".jsonl"):
-                records = [_parse_line(line, path, n) for n, line in enumerate(fp, start=1) if line.strip()]
-            else:
-                records = iter_json_array(fp, name=str(path))
-            lengths = lengths_from_records(name, records, count)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such source file") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text") from None
-    if len(lengths) == 0:
-        raise InputError(f"{path}: no L-Eval record with input, instructions and outputs")
-    return lengths
+    return real.load_records_file(
+        path, f"leval-file:{os.path.basename(path)}", count, lengths_from_records=lengths_from_records,
+        read_jsonl=lambda fp, name: [_parse_line(line, name, n) for n, line in enumerate(fp, start=1) if line.strip()],
+        empty_message="no L-Eval record with input, instructions and outputs")
 
 
 def _parse_line(line: str, path, lineno: int):

@@ -41,21 +41,10 @@ def lengths_from_records(name: str, records: Iterable, count: TokenCounter) -> r
 
 def load_file(path: str | os.PathLike, count: TokenCounter, *, limit: int | None = None) -> real.RealLengths:
     """ShareGPT-format conversations from a local .json (array, possibly cut off) or .jsonl file."""
-    name = f"sharegpt-file:{os.path.basename(path)}"
-    try:
-        with open(path, encoding="utf-8") as fp:
-            if str(path).endswith(".jsonl"):
-                records = _iter_jsonl(fp, str(path), limit)
-            else:
-                records = iter_json_array(fp, limit=limit, name=str(path))
-            lengths = lengths_from_records(name, records, count)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such source file") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text") from None
-    if len(lengths) == 0:
-        raise InputError(f"{path}: no conversation with a human turn followed by a reply")
-    return lengths
+    return real.load_records_file(
+        path, f"sharegpt-file:{os.path.basename(path)}", count, lengths_from_records=lengths_from_records,
+        read_jsonl=lambda fp, name: _iter_jsonl(fp, name, limit),
+        empty_message="no conversation with a human turn followed by a reply", limit=limit)
 
 
 def _iter_jsonl(fp, name: str, limit: int | None):
