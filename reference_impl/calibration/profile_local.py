@@ -17,6 +17,8 @@ from reference_impl.calibration.curve import fit_curve, round_sig
 from reference_impl.calibration.fit import FORMAT, NON_ATTENTION_MAX_REL_ERR, curve_entry
 from reference_impl.calibration.specs import ModelSpec
 
+GPU_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+
 
 @dataclass(frozen=True, slots=True)
 class ProfilePlan:
@@ -29,7 +31,11 @@ class ProfilePlan:
     block_size: int = 16
 
     @classmethod
-    def make(cls, quick: bool) -> "ProfilePlan":
+    def make(cls, quick: bool, on_gpu: bool = False) -> "ProfilePlan":
+        if on_gpu and not quick:
+            # A GPU reads a few MB of KV in less time than a kernel launch costs: the slope needs GBs.
+            return cls(tokens=GPU_TOKENS, kv_lens=(16384, 32768, 65536, 131072),
+                       copy_bytes=tuple(1 << k for k in range(16, 31, 2)), prefill_tokens=4096, repeats=7)
         if quick:
             return cls(tokens=(1, 4, 16, 64), kv_lens=(256, 1024), copy_bytes=(1 << 12, 1 << 16, 1 << 20),
                        prefill_tokens=128, repeats=3)
@@ -92,22 +98,32 @@ def _layer_fn(spec: ModelSpec, tokens: int, device, dtype, gen):
 def _kv_read_rate(spec: ModelSpec, plan: ProfilePlan, device, dtype, gen) -> float:
     from reference_impl.kernels import micro_attention
 
+    # The kernel a deployment runs: Triton on a GPU; on CPU the torch path (the interpreter is no measure).
+    backend = "triton" if device.type == "cuda" else "torch"
     rows = []
     for kv_len in plan.kv_lens:
         blocks_per_seq = -(-kv_len // plan.block_size)
         num_blocks = plan.num_seqs * blocks_per_seq
         shape = (num_blocks, plan.block_size, spec.num_kv_heads, spec.head_dim)
-        k = torch.randn(*shape, generator=gen).to(device, dtype)
-        v = torch.randn(*shape, generator=gen).to(device, dtype)
+        k = _randn(shape, gen, device, dtype)
+        v = _randn(shape, gen, device, dtype)
         q = torch.randn(plan.num_seqs, spec.num_heads, spec.head_dim, generator=gen).to(device, dtype)
         table = torch.arange(num_blocks, dtype=torch.int32, device=device).view(plan.num_seqs, blocks_per_seq)
         lens = torch.full((plan.num_seqs,), kv_len, dtype=torch.int32, device=device)
-        run = lambda: micro_attention(q, k, v, table, lens, backend="torch", check_ranges=False)  # noqa: E731
+        run = lambda: micro_attention(q, k, v, table, lens, backend=backend, check_ranges=False)  # noqa: E731
         kv_bytes = 2 * plan.num_seqs * kv_len * spec.num_kv_heads * spec.head_dim * k.element_size()
         rows.append((kv_bytes, _timed_median_s(run, device, plan.repeats)))
     kv_bytes, times = np.array(rows).T
     slope = np.polyfit(kv_bytes, times, 1)[0] if len(rows) > 1 else 0.0
     return float(1.0 / slope) if slope > 0 else float(kv_bytes[-1] / times[-1])
+
+
+def _randn(shape, gen: torch.Generator, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    if device.type == "cpu":
+        return torch.randn(*shape, generator=gen).to(dtype)
+    # GiBs drawn on the host and copied over would take longer than the measurement
+    dev_gen = torch.Generator(device=device).manual_seed(int(torch.randint(2**31, (1,), generator=gen)))
+    return torch.randn(*shape, generator=dev_gen, device=device, dtype=dtype)
 
 
 def _prefill_attn_flops_per_s(spec: ModelSpec, plan: ProfilePlan, device, dtype, gen) -> float:
@@ -135,12 +151,13 @@ def _mem_bytes(device: torch.device) -> float:
 
 def profile(spec: ModelSpec, *, name: str, device: torch.device, dtype: torch.dtype, quick: bool, seed: int) -> dict:
     """Measure everything the cost model needs for `spec` at tp=1 on `device`; returns the document."""
-    plan = ProfilePlan.make(quick)
+    plan = ProfilePlan.make(quick, on_gpu=device.type == "cuda")
     gen = torch.Generator().manual_seed(seed)
     times = [_timed_median_s(_layer_fn(spec, n, device, dtype, gen), device, plan.repeats) for n in plan.tokens]
     sizes, copy_s = _memcpy(plan, device)
     memcpy_rate = sizes[-1] / copy_s[-1]
     source = f"repro profile on {name}"
+    kernel = "Triton" if device.type == "cuda" else "torch"
     hardware = {
         "dtype_bytes": torch.empty(0, dtype=dtype).element_size(), "mem_bytes": _mem_bytes(device),
         "gpus_per_node": 1, "memcpy_bytes_per_s": round_sig(memcpy_rate),
@@ -151,7 +168,7 @@ def profile(spec: ModelSpec, *, name: str, device: torch.device, dtype: torch.dt
         "attention": {"kv_read_bytes_per_s": round_sig(_kv_read_rate(spec, plan, device, dtype, gen)),
                       "prefill_attn_flops_per_s": round_sig(_prefill_attn_flops_per_s(spec, plan, device, dtype, gen)),
                       "source": source,
-                      "derivation": "slope of micro_attention (torch path) time vs KV bytes over context lengths "
+                      "derivation": f"slope of micro_attention ({kernel} path) time vs KV bytes over context lengths "
                                     f"{list(plan.kv_lens)}; causal SDPA at {plan.prefill_tokens} tokens"},
     }
     return {"format": FORMAT, "generated_by": "repro profile", "hardware": {name: hardware},

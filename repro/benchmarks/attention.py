@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from reference_impl.kernels import micro_attention
-from repro.benchmarks.timing import peak_bandwidth_gb_s, time_call_s
+from repro.benchmarks.timing import peak_bandwidth_gb_s, time_call_s, time_graph_replay_s
 
 # (num_q_heads, num_kv_heads, head_dim) from the models' Hugging Face config.json
 MODEL_HEADS = {"llama2-7b": (32, 32, 128), "llama2-70b": (64, 8, 128)}
@@ -30,6 +30,13 @@ class AttentionBenchPoint:
     sdpa_time_ms: float | None = None
     speedup_vs_sdpa: float | None = None  # SDPA time / our time: > 1 means faster than SDPA
     max_abs_diff_vs_sdpa: float | None = None
+    # GPU only: both captured in a CUDA graph and replayed, which removes the host's launch cost (about 0.1 ms
+    # per Triton launch from Python) that dominates eager timings of small points
+    graph_time_ms: float | None = None
+    graph_gb_s: float | None = None
+    graph_pct_of_peak: float | None = None
+    sdpa_graph_time_ms: float | None = None
+    graph_speedup_vs_sdpa: float | None = None
     skipped: str | None = None
 
 
@@ -57,11 +64,12 @@ def run_point(point: AttentionBenchPoint, device: torch.device, dtype: torch.dty
     hq, hkv, d = point.num_q_heads, point.num_kv_heads, point.head_dim
     blocks_per_seq = -(-ctx // BLOCK_SIZE)
     num_blocks = batch * blocks_per_seq
-    k_cache = torch.randn(num_blocks, BLOCK_SIZE, hkv, d, generator=gen, dtype=dtype).to(device)
-    v_cache = torch.randn(num_blocks, BLOCK_SIZE, hkv, d, generator=gen, dtype=dtype).to(device)
-    q = torch.randn(batch, hq, d, generator=gen, dtype=dtype).to(device)
+    # Drawn where they live: filling GiBs of KV on the host and copying it over would dominate the run.
+    k_cache = torch.randn(num_blocks, BLOCK_SIZE, hkv, d, generator=gen, dtype=dtype, device=device)
+    v_cache = torch.randn(num_blocks, BLOCK_SIZE, hkv, d, generator=gen, dtype=dtype, device=device)
+    q = torch.randn(batch, hq, d, generator=gen, dtype=dtype, device=device)
     # Scattered placement, as in a paged cache that has seen many requests come and go.
-    block_table = torch.randperm(num_blocks, generator=gen).view(batch, blocks_per_seq).to(torch.int32).to(device)
+    block_table = torch.randperm(num_blocks, generator=gen, device=device).view(batch, blocks_per_seq).to(torch.int32)
     seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
 
     def ours():
@@ -72,6 +80,11 @@ def run_point(point: AttentionBenchPoint, device: torch.device, dtype: torch.dty
     point.time_ms = seconds * 1e3
     point.achieved_gb_s = point.kv_bytes / seconds / 1e9
     point.pct_of_peak = 100 * point.achieved_gb_s / peak_gb_s
+    if device.type == "cuda":
+        graph_s = time_graph_replay_s(ours, device, **_reps(device))
+        point.graph_time_ms = graph_s * 1e3
+        point.graph_gb_s = point.kv_bytes / graph_s / 1e9
+        point.graph_pct_of_peak = 100 * point.graph_gb_s / peak_gb_s
 
     flat = block_table.long().view(-1)
     k = k_cache[flat].view(batch, -1, hkv, d)[:, :ctx].transpose(1, 2).contiguous()  # [B, Hkv, L, D]
@@ -85,6 +98,9 @@ def run_point(point: AttentionBenchPoint, device: torch.device, dtype: torch.dty
     sdpa_seconds = time_call_s(sdpa, device, **_reps(device))
     point.sdpa_time_ms = sdpa_seconds * 1e3
     point.speedup_vs_sdpa = sdpa_seconds / seconds
+    if device.type == "cuda":
+        point.sdpa_graph_time_ms = time_graph_replay_s(sdpa, device, **_reps(device)) * 1e3
+        point.graph_speedup_vs_sdpa = point.sdpa_graph_time_ms / point.graph_time_ms
     point.max_abs_diff_vs_sdpa = (sdpa()[:, :, 0].float() - out.float()).abs().max().item()
 
 
@@ -97,7 +113,7 @@ def run_attention_bench(models, contexts, batches, *, dtype: torch.dtype, backen
     peak_gb_s, peak_source = peak_bandwidth_gb_s(device)
     result = AttentionBenchResult(str(device), backend, str(dtype).removeprefix("torch."), BLOCK_SIZE,
                                   peak_gb_s, peak_source)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     for model in models:
         hq, hkv, d = MODEL_HEADS[model]
         for ctx in contexts:

@@ -29,6 +29,21 @@ def time_call_s(fn: Callable[[], object], device: torch.device, *, warmup: int =
     return statistics.median(samples)
 
 
+def time_graph_replay_s(fn: Callable[[], object], device: torch.device, *, warmup: int = 3, reps: int = 20) -> float:
+    """Median seconds of one replay of fn() captured in a CUDA graph: the device time without the host's
+    launch overhead, as a serving engine that replays captured decode steps sees it."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return time_call_s(graph.replay, device, warmup=warmup, reps=reps)
+
+
 def copy_bandwidth_gb_s(device: torch.device, num_bytes: int = 256 * 2**20) -> float:
     """Bytes read plus bytes written per second by a large tensor copy on this device."""
     src = torch.empty(num_bytes, dtype=torch.uint8, device=device).fill_(1)

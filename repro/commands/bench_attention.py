@@ -45,13 +45,18 @@ def bench_attention(models, contexts, batches, dtype, backend, max_kv_gib, seed,
 
     header = (f"{'model':<11}{'ctx':>7}{'batch':>6}{'KV MiB':>9}{'ms':>10}{'GB/s':>8}{'% peak':>8}"
               f"{'SDPA ms':>10}{'vs SDPA':>9}")
+    if device.type == "cuda":
+        header += f"{'graph ms':>10}{'% peak':>8}{'vs SDPA':>9}"
 
     def show(p):
         if p.skipped:
             click.echo(f"{p.model:<11}{p.context_tokens:>7}{p.batch:>6}{p.kv_bytes / 2**20:>9.0f}  skipped: {p.skipped}")
             return
+        graph = "" if p.graph_time_ms is None else (
+            f"{p.graph_time_ms:>10.3f}{p.graph_pct_of_peak:>8.1f}{p.graph_speedup_vs_sdpa:>8.2f}x")
         click.echo(f"{p.model:<11}{p.context_tokens:>7}{p.batch:>6}{p.kv_bytes / 2**20:>9.0f}{p.time_ms:>10.3f}"
-                   f"{p.achieved_gb_s:>8.1f}{p.pct_of_peak:>8.1f}{p.sdpa_time_ms:>10.3f}{p.speedup_vs_sdpa:>8.2f}x")
+                   f"{p.achieved_gb_s:>8.1f}{p.pct_of_peak:>8.1f}{p.sdpa_time_ms:>10.3f}{p.speedup_vs_sdpa:>8.2f}x"
+                   + graph)
 
     click.echo(f"decode attention, {dtype}, backend {resolved} on {device}")
     click.echo(header)
