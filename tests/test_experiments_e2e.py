@@ -25,6 +25,21 @@ PINNED_E2E_QUICK = {
 QUIET = dict(log=lambda message: None)
 
 
+
+def _without_wall_times(x):
+    if isinstance(x, dict):
+        return {k: _without_wall_times(v) for k, v in x.items() if k != "sim_wall_s"}
+    return [_without_wall_times(v) for v in x] if isinstance(x, list) else x
+
+
+@pytest.mark.parametrize("name", ["e2e", "e2e-datasets"])
+def test_points_in_worker_processes_give_the_same_data(name):
+    exp = get_experiment(name)
+    one = exp.run(RunParams(quick=True, extra={"workers": "1"}), QUIET["log"])
+    two = exp.run(RunParams(quick=True, extra={"workers": "2"}), QUIET["log"])
+    assert _without_wall_times(two) == _without_wall_times(one)
+    assert len(one["groups"]) >= 2 and all(g["points"] for g in one["groups"])
+
 def test_e2e_quick_throughput_is_pinned(tmp_path):
     exp = get_experiment("e2e")
     path, ran = run_and_save(exp, RunParams(quick=True), tmp_path, **QUIET)

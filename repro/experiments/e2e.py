@@ -4,11 +4,12 @@ Fig 10a: traces 0-2 (short) on LLaMA2-7B instances of one GPU, at two instance c
 Fig 10b: traces 3-8 (long) against vLLM-S; each trace runs on the (model, GPUs) row of distkv-llm Table 2
 whose range it matches (200K: 7B/2, 280K: 13B/4, 600K: 70B/8, 480K: 13B/8, 1200K: 7B/16, 2000K: 7B/32).
 The same requests and rates go to every system; rates are multiples of a cost-model estimate of the
-cluster's saturation rate. The link sweep reruns one point per trace of Fig 10a with other inter-instance links.
+cluster's saturation rate; the points run in one process per core (`--param workers=N`).
+The link sweep reruns one point per trace of Fig 10a with other inter-instance links.
 """
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
-from repro.experiments.serving import (LINK_DEFAULT, max_throughput_ratio, nominal_rate_per_s, param, rate_grid,
-                                       run_curves, run_point, workload)
+from repro.experiments.serving import (LINK_DEFAULT, PointTask, curve_tasks, default_workers, max_throughput_ratio,
+                                       nominal_rate_per_s, param, rate_grid, run_tasks, workload)
 from reference_impl.sim.systems import cluster
 
 GPU = "A100-80GB-SXM"
@@ -44,7 +45,7 @@ def run(params, log) -> dict:
     size["long_requests"] = param(params, "long_requests", int, size["long_requests"])
     link = params.extra.get("link", LINK_DEFAULT)
     source = params.extra.get("source", "fitted")
-    out, sweep = [], []
+    pending, tasks = [], []  # (group, number of curve tasks, sweep links), in task order
     for g in groups(size):
         base = cluster(g["model"], GPU, g["num_gpus"], link=link, seed=params.seed)
         make = lambda rate, g=g: workload(trace_id=g["trace_id"], num_requests=g["num_requests"], rate_per_s=rate,
@@ -52,17 +53,27 @@ def run(params, log) -> dict:
         rates = rate_grid(nominal_rate_per_s(base, make(1.0)), size["multipliers"])
         label = f"trace {g['trace_id']} {g['model']} {g['num_gpus']} GPUs"
         log(f"{label}: rates {rates}")
-        points = run_curves(("infinite-llm", g["baseline"]), base, make, rates, log, label)
-        out.append({**g, "num_instances": base.num_instances, "tp": base.tp, "rates_per_s": rates, "points": points,
-                    "max_tput_ratio": max_throughput_ratio(points, "infinite-llm", g["baseline"])})
-        if g["panel"] == "10a" and g["num_gpus"] == size["instance_counts"][0]:
-            for sweep_link in size["sweep_links"]:
-                swept = cluster(g["model"], GPU, g["num_gpus"], link=sweep_link, seed=params.seed)
-                p = run_point("infinite-llm", swept, make(rates[-1]), rates[-1])
-                sweep.append({"trace_id": g["trace_id"], "link": sweep_link, "rate_per_s": rates[-1],
-                              "output_tok_s": p.output_tok_s, "mean_norm_latency_s": p.mean_norm_latency_s,
-                              "baseline_output_tok_s": max(q["output_tok_s"] for q in points
-                                                           if q["system"] == g["baseline"] and q["rate_per_s"] == rates[-1])})
+        curve = curve_tasks(("infinite-llm", g["baseline"]), base, make, rates, label)
+        links = size["sweep_links"] if g["panel"] == "10a" and g["num_gpus"] == size["instance_counts"][0] else ()
+        sweep_tasks = [PointTask("infinite-llm", cluster(g["model"], GPU, g["num_gpus"], link=sweep_link,
+                                                         seed=params.seed), curve[-1].requests, rates[-1],
+                                 f"{label} link {sweep_link}") for sweep_link in links]
+        tasks += curve + sweep_tasks
+        pending.append(({**g, "num_instances": base.num_instances, "tp": base.tp, "rates_per_s": rates},
+                        len(curve), links))
+    results = iter(run_tasks(tasks, log, default_workers(params)))
+    out, sweep = [], []
+    for g, num_curve, links in pending:
+        points = [next(results) for _ in range(num_curve)]
+        out.append({**g, "points": points, "max_tput_ratio": max_throughput_ratio(points, "infinite-llm",
+                                                                                  g["baseline"])})
+        rate = g["rates_per_s"][-1]
+        for sweep_link in links:
+            p = next(results)
+            sweep.append({"trace_id": g["trace_id"], "link": sweep_link, "rate_per_s": rate,
+                          "output_tok_s": p["output_tok_s"], "mean_norm_latency_s": p["mean_norm_latency_s"],
+                          "baseline_output_tok_s": max(q["output_tok_s"] for q in points
+                                                       if q["system"] == g["baseline"] and q["rate_per_s"] == rate)})
     return {"gpu": GPU, "link": link, "source": source, "groups": out, "link_sweep": sweep}
 
 

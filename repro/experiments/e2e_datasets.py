@@ -3,11 +3,12 @@
 Each dataset runs on its Table 2 row (model, GPUs): Infinite-LLM instances of `instance_tp` GPUs against one
 vLLM instance of all of them (the paper's baseline holds the same GPUs). Fewer requests than the paper's 1000
 per dataset (`--param num_requests=N`) to keep the run short; rates as in `e2e`.
+The points run in one process per core (`--param workers=N`; the numbers do not depend on it).
 """
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result
-from repro.experiments.serving import (LINK_DEFAULT, max_throughput_ratio, nominal_rate_per_s, param, rate_grid,
-                                       run_curves, workload)
+from repro.experiments.serving import (LINK_DEFAULT, curve_tasks, default_workers, max_throughput_ratio,
+                                       nominal_rate_per_s, param, rate_grid, run_tasks, workload)
 from reference_impl.sim.systems import cluster
 from workloads.paper_tables import DATASETS
 
@@ -22,7 +23,7 @@ def run(params, log) -> dict:
     n = param(params, "num_requests", int, size["num_requests"])
     link = params.extra.get("link", LINK_DEFAULT)
     source = params.extra.get("source", "fitted")
-    groups = []
+    groups, tasks = [], []
     for dataset_id in size["datasets"]:
         row = DATASETS[dataset_id]
         model = row.model.lower()
@@ -32,12 +33,18 @@ def run(params, log) -> dict:
         rates = rate_grid(nominal_rate_per_s(base, make(1.0)), size["multipliers"])
         label = f"dataset {dataset_id} {model} {row.num_gpus} GPUs"
         log(f"{label}: rates {rates}")
-        points = run_curves(("infinite-llm", "vllm-s"), base, make, rates, log, label)
-        groups.append({"dataset_id": dataset_id, "long_ratio": row.long_ratio, "panel": "8", "model": model,
-                       "num_gpus": row.num_gpus, "num_instances": base.num_instances, "tp": base.tp,
-                       "baseline": "vllm-s", "num_requests": n, "rates_per_s": rates, "points": points,
-                       "max_tput_ratio": max_throughput_ratio(points, "infinite-llm", "vllm-s")})
+        group_tasks = curve_tasks(("infinite-llm", "vllm-s"), base, make, rates, label)
+        tasks += group_tasks
+        groups.append(({"dataset_id": dataset_id, "long_ratio": row.long_ratio, "panel": "8", "model": model,
+                        "num_gpus": row.num_gpus, "num_instances": base.num_instances, "tp": base.tp,
+                        "baseline": "vllm-s", "num_requests": n, "rates_per_s": rates}, len(group_tasks)))
+    points = iter(run_tasks(tasks, log, default_workers(params)))
+    groups = [_with_points(g, [next(points) for _ in range(count)]) for g, count in groups]
     return {"gpu": GPU, "link": link, "source": source, "groups": groups, "link_sweep": []}
+
+
+def _with_points(group: dict, points: list[dict]) -> dict:
+    return {**group, "points": points, "max_tput_ratio": max_throughput_ratio(points, "infinite-llm", "vllm-s")}
 
 
 def claims(results) -> list[ClaimRow]:

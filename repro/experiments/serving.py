@@ -1,5 +1,8 @@
 """Shared by the serving experiments (e2e, e2e-datasets): rate grids, one simulated point, curve summaries."""
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from multiprocessing import get_context
 
 import numpy as np
 
@@ -69,17 +72,47 @@ def run_point(system: str, base: SimConfig, requests, rate_per_s: float) -> Poin
                  round(wall_s, 3))
 
 
-def run_curves(systems, base: SimConfig, make_requests, rates_per_s, log, label: str) -> list[dict]:
+@dataclass(frozen=True, slots=True)
+class PointTask:
+    """One simulated point to run: a system on a cluster, the requests, and the label its log line carries."""
+    system: str
+    base: SimConfig
+    requests: tuple
+    rate_per_s: float
+    label: str
+
+
+def curve_tasks(systems, base: SimConfig, make_requests, rates_per_s, label: str) -> list[PointTask]:
     """Every system at every rate on the same requests (lengths fixed by the seed, arrivals scaled)."""
-    points = []
+    tasks = []
     for rate in rates_per_s:
-        requests = make_requests(rate)
-        for system in systems:
-            p = run_point(system, base, requests, rate)
-            log(f"  {label} {system:<13} rate {rate:8.4f}/s  {p.output_tok_s:9.1f} out tok/s  "
-                f"finished {p.num_finished}/{p.num_requests}  ({p.sim_wall_s:.1f} s)")
-            points.append(asdict(p))
-    return points
+        requests = tuple(make_requests(rate))
+        tasks += [PointTask(system, base, requests, rate, label) for system in systems]
+    return tasks
+
+
+def _run_task(task: PointTask) -> Point:
+    return run_point(task.system, task.base, task.requests, task.rate_per_s)
+
+
+def run_tasks(tasks: list[PointTask], log, workers: int = 1) -> list[dict]:
+    """The points of `tasks`, in order. workers > 1 runs them in that many processes: each point is a
+    deterministic simulation, so the numbers are the same whatever the count (only sim_wall_s differs)."""
+    def report(task, p):
+        log(f"  {task.label} {task.system:<13} rate {task.rate_per_s:8.4f}/s  {p.output_tok_s:9.1f} out tok/s  "
+            f"finished {p.num_finished}/{p.num_requests}  ({p.sim_wall_s:.1f} s)")
+        return asdict(p)
+
+    if workers <= 1 or len(tasks) <= 1:
+        return [report(t, _run_task(t)) for t in tasks]
+    # spawn, not fork: the parent has torch (and its thread pools) loaded
+    with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=get_context("spawn")) as pool:
+        return [report(t, p) for t, p in zip(tasks, pool.map(_run_task, tasks))]
+
+
+def default_workers(params) -> int:
+    """Processes for the simulated points: one per core for full runs, one for --quick (tests run those)."""
+    return param(params, "workers", int, 1 if params.quick else max(1, len(os.sched_getaffinity(0))))
 
 
 def max_throughput_ratio(points: list[dict], system: str, baseline: str) -> float | None:
