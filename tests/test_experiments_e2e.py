@@ -65,6 +65,7 @@ def test_small_e2e_run_gives_the_same_numbers_twice():
 
 
 @pytest.mark.parametrize("name, figure", [("context-length", "infinite-llm-fig9.png"),
+                                          ("context-length", "distkv-llm-fig7.png"),
                                           ("perf-model", "infinite-llm-fig7.png")])
 def test_quick_runs_validate_plot_and_report(tmp_path, name, figure):
     exp = get_experiment(name)

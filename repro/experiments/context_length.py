@@ -115,7 +115,8 @@ def plot(results, figures_dir) -> list[str]:
         ax.set_title(f"{row['model']}, {row['num_gpus']} GPUs", fontsize=8)
         ax.set_xlabel("context length")
         ax.set_ylabel("decode tokens/s")
-    return save(fig, figures_dir, "infinite-llm-fig9")
+    # distkv-llm Fig 7 is the same benchmark (same models, GPUs and ranges): one drawing, both names
+    return save(fig, figures_dir, "infinite-llm-fig9", close=False) + save(fig, figures_dir, "distkv-llm-fig7")
 
 
 EXPERIMENT = Experiment("context-length", ("infinite-llm Fig 9", "distkv-llm Fig 7"), "context_length.schema.json",

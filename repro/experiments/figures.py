@@ -22,7 +22,7 @@ def new_figure(ncols: int = 1, width_in: float = 5.0, height_in: float = 3.6):
     return fig, list(axes[0])
 
 
-def save(fig, figures_dir: str, name: str) -> list[str]:
+def save(fig, figures_dir: str, name: str, *, close: bool = True) -> list[str]:
     """Write figures_dir/name.png and .pdf (temp file + rename each); returns the paths."""
     directory = Path(figures_dir)
     directory.mkdir(parents=True, exist_ok=True)
@@ -38,5 +38,6 @@ def save(fig, figures_dir: str, name: str) -> list[str]:
             Path(tmp).unlink(missing_ok=True)
             raise
         written.append(str(directory / f"{name}.{ext}"))
-    plt.close(fig)
+    if close:
+        plt.close(fig)
     return written
