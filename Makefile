@@ -90,9 +90,9 @@ fig8-distkv: $(STAMP)
 # The other figures (infinite-llm Fig 1, 2, 11, 12; distkv-llm Fig 9, 11, 12). attention-micro, kv-move and
 # remote-vs-local measure on this machine (--backend local: real processes, a few minutes on 2 cores) and
 # add the calibrated A100 numbers; motivation and migration are cost-model arithmetic (seconds).
-.PHONY: figures fig1 fig2 fig11 fig12 fig7-distkv fig9-distkv fig11-distkv fig12-distkv
+.PHONY: figures fig1 fig2 fig11 fig12 fig7-distkv fig9-distkv fig10-distkv fig11-distkv fig12-distkv
 
-figures: fig1 fig2 fig7 fig9 fig10 fig11 fig12 fig8-distkv fig9-distkv fig11-distkv fig12-distkv
+figures: fig1 fig2 fig7 fig9 fig10 fig11 fig12 fig8-distkv fig9-distkv fig10-distkv fig11-distkv fig12-distkv
 	$(BIN)/repro report
 
 fig1: $(STAMP)
@@ -114,6 +114,10 @@ fig7-distkv: fig9
 fig9-distkv: $(STAMP)
 	$(BIN)/repro run --experiment migration $(RUN_FLAGS)
 	$(BIN)/repro plot --experiment migration
+
+fig10-distkv: $(STAMP)
+	$(BIN)/repro run --experiment dgfm $(RUN_FLAGS)
+	$(BIN)/repro plot --experiment dgfm
 
 fig11-distkv: fig11
 

@@ -50,6 +50,25 @@ def find_cycle(graph: dict[int, dict[int, int]], start_order) -> list[int] | Non
     return None
 
 
+def count_cycles(graph: dict[int, dict[int, int]], min_blocks: int = 1) -> int:
+    """Debt cycles DGFM could cancel now: find a cycle among debts >= min_blocks, cancel its smallest debt (as
+    a swap would), repeat until none is left; the count of cancellations (deterministic: nodes in id order)."""
+    g = {d: {c: n for c, n in cs.items() if n >= max(1, min_blocks)} for d, cs in graph.items()}
+    count = 0
+    while True:
+        nodes = sorted(set(g) | {c for cs in g.values() for c in cs})
+        cycle = find_cycle(g, nodes)
+        if cycle is None:
+            return count
+        edges = list(zip(cycle, cycle[1:] + cycle[:1]))
+        m = min(g[x][y] for x, y in edges)
+        for x, y in edges:
+            g[x][y] -= m
+            if g[x][y] < max(1, min_blocks):
+                del g[x][y]
+        count += 1
+
+
 def plan_swap(placements: dict[int, dict[int, int]], homes: dict[int, int], min_blocks: int,
               rng: np.random.Generator) -> Swap | None:
     """The swap for one cycle whose every debt is >= min_blocks, starting the search at a random node."""

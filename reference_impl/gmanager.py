@@ -24,6 +24,9 @@ class GManagerConfig:
     instances_per_node: int = 8  # locality: creditors on the debtor's node come first
     dgfm_min_blocks: int = 1  # DGFM swaps a cycle only when its smallest debt is at least this
     max_k_evals: int | None = None  # Algorithm 1's block-count search: None = every k; else coarse-to-fine
+    # True: infinite-llm 5.2, a debtor is never recommended as a creditor. False: distkv-llm 4.5, an instance
+    # may borrow and lend at once, so debts can form cycles (which DGFM cancels). Algorithm 1 keeps 5.2's rule.
+    exclusive_roles: bool = True
 
 
 class GManager:
@@ -88,8 +91,9 @@ class GManager:
 
     # --- decisions
     def recommend_creditors(self, debtor_inst: int, num_blocks: int) -> list[int]:
-        """Up to `num_candidates` creditors: same node first, then most lendable space; never a debtor."""
-        borrowers = {d for debts in self.ledger().values() for d in debts}
+        """Up to `num_candidates` creditors: same node first, then most lendable space; never a debtor when
+        roles are exclusive."""
+        borrowers = {d for debts in self.ledger().values() for d in debts} if self.config.exclusive_roles else set()
         node = debtor_inst // self.config.instances_per_node
         candidates = [s for i, s in self.status.items()
                       if i != debtor_inst and i not in borrowers and s.num_lendable_blocks > 0]

@@ -40,8 +40,10 @@ MAX_IDLE_ROUNDS = 50  # rounds with waiting requests but no instance able to run
 class SimBackend:
     """The engine's Backend: execute() returns dummy tokens and computes how long the step takes."""
 
-    def __init__(self, config: SimConfig, metrics: dict[int, RequestMetrics], result: SimResult):
+    def __init__(self, config: SimConfig, metrics: dict[int, RequestMetrics], result: SimResult, *,
+                 prefill_elsewhere: bool = False):
         self.config = config
+        self.prefill_elsewhere = prefill_elsewhere
         self.model = perf_model(config)
         self.metrics = metrics
         self.result = result
@@ -58,7 +60,9 @@ class SimBackend:
     def execute(self, instance, seqs: list[Sequence], is_prefill: bool) -> list[int]:
         rm, bs, model = instance.rm, self.config.block_size, self.model
         remote_queries = 0
-        if is_prefill:
+        if is_prefill and self.prefill_elsewhere:
+            compute_s = 0.0  # the prompt's KV arrives ready from a separate prefill pool (not modelled)
+        elif is_prefill:
             prompt_tokens, local_pairs, remote_s = 0, 0.0, 0.0
             for seq in seqs:
                 n = seq.num_tokens
@@ -136,17 +140,22 @@ def build_engine(config: SimConfig, backend: SimBackend) -> Engine:
         gmanager_interval_steps=0, dgfm=config.dgfm, seed=config.seed)
     gm_config = GManagerConfig(block_size=config.block_size,
                                instances_per_node=max(1, 8 // (config.tp * config.pp)),
-                               max_k_evals=config.max_k_evals,
+                               max_k_evals=config.max_k_evals, exclusive_roles=config.exclusive_roles,
                                num_candidates=config.num_candidates or config.num_instances)
     return Engine(engine_config, backend, gmanager_config=gm_config, perf_model=perf_model(config))
 
 
-def simulate(config: SimConfig, requests, *, max_sim_s: float = float("inf"), on_event=None) -> SimResult:
+def simulate(config: SimConfig, requests, *, max_sim_s: float = float("inf"), on_event=None, on_round=None,
+             prefill_elsewhere: bool = False) -> SimResult:
     """Serve `requests` (objects with req_id, arrival_s, prompt_len, output_len) on the cluster of `config`
-    until every request finished, was rejected, or is stuck; `on_event(now_s)` is called after each event."""
+    until every request finished, was rejected, or is stuck; `on_event(now_s)` is called after each event and
+    `on_round(now_s, engine)` after each gManager round. `prefill_elsewhere`: prompts arrive with their KV
+    computed by a separate prefill pool, so prefill steps take no time here (their KV is still allocated,
+    spilled and placed by the engine as usual): for studying decode-phase memory behaviour at lengths whose
+    prefill alone would take minutes."""
     metrics = {r.req_id: RequestMetrics(r.req_id, r.arrival_s, r.prompt_len, r.output_len) for r in requests}
     result = SimResult(list(metrics.values()))
-    backend = SimBackend(config, metrics, result)
+    backend = SimBackend(config, metrics, result, prefill_elsewhere=prefill_elsewhere)
     engine = build_engine(config, backend)
     capacity = engine.config.blocks_per_instance * (config.num_instances if config.pooling else 1)
     busy = [False] * config.num_instances
@@ -203,6 +212,8 @@ def simulate(config: SimConfig, requests, *, max_sim_s: float = float("inf"), on
             engine.heartbeats()
             engine.gmanager_round()
             result.num_gmanager_rounds += 1
+            if on_round is not None:
+                on_round(now_s, engine)
             for i in range(config.num_instances):
                 wake(i, now_s)
             idle_rounds = 0 if any(computing) or arrivals_left else idle_rounds + 1

@@ -24,6 +24,7 @@ class SimConfig:
     move_chunk_tokens: int = 128  # KV moved per instance and step (overlapped with the step's compute)
     gmanager_interval_s: float = 1.0  # heartbeats + gManager round (recalls, Algorithm 1, DGFM)
     dgfm: bool = True
+    exclusive_roles: bool = True  # False: distkv-llm's instances borrow and lend at once (GManagerConfig)
     # creditors a spilling rManager may try per gManager query; None = all instances. distkv-llm 4.4 suggests a
     # few, but with heartbeat-stale status a few drained ones can block a long all-or-none admission for good
     num_candidates: int | None = None

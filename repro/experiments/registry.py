@@ -13,6 +13,7 @@ EXPERIMENTS = {
     "e2e-datasets": "repro.experiments.e2e_datasets",
     "context-length": "repro.experiments.context_length",
     "perf-model": "repro.experiments.perf_model_exp",
+    "dgfm": "repro.experiments.dgfm",
 }
 
 
