@@ -90,9 +90,9 @@ fig8-distkv: $(STAMP)
 # The other figures (infinite-llm Fig 1, 2, 11, 12; distkv-llm Fig 9, 11, 12). attention-micro, kv-move and
 # remote-vs-local measure on this machine (--backend local: real processes, a few minutes on 2 cores) and
 # add the calibrated A100 numbers; motivation and migration are cost-model arithmetic (seconds).
-.PHONY: figures fig1 fig2 fig11 fig12 fig7-distkv fig9-distkv fig10-distkv fig11-distkv fig12-distkv
+.PHONY: figures fig1 fig2 fig11 fig12 fig7-distkv fig9-distkv fig10-distkv fig11-distkv fig12-distkv fig13-lamina
 
-figures: fig1 fig2 fig7 fig9 fig10 fig11 fig12 fig8-distkv fig9-distkv fig10-distkv fig11-distkv fig12-distkv
+figures: fig1 fig2 fig7 fig9 fig10 fig11 fig12 fig8-distkv fig9-distkv fig10-distkv fig11-distkv fig12-distkv fig13-lamina
 	$(BIN)/repro report
 
 fig1: $(STAMP)
@@ -120,6 +120,11 @@ fig10-distkv: $(STAMP)
 	$(BIN)/repro plot --experiment dgfm
 
 fig11-distkv: fig11
+
+# lamina.txt Fig 13 (a related design: attention offloaded to cheap memory devices), cost-model arithmetic
+fig13-lamina: $(STAMP)
+	$(BIN)/repro run --experiment lamina $(RUN_FLAGS)
+	$(BIN)/repro plot --experiment lamina
 
 fig12-distkv: $(STAMP)
 	$(BIN)/repro run --experiment remote-vs-local --backend local $(RUN_FLAGS)

@@ -14,6 +14,7 @@ EXPERIMENTS = {
     "context-length": "repro.experiments.context_length",
     "perf-model": "repro.experiments.perf_model_exp",
     "dgfm": "repro.experiments.dgfm",
+    "lamina": "repro.experiments.lamina",
 }
 
 

@@ -1,0 +1,48 @@
+"""lamina (lamina Fig 13): the offloading arithmetic on hand-computed cases, and the quick run end to end."""
+import json
+
+import pytest
+
+from reference_impl.calibration import CalibratedPerfModel
+from repro.experiments import lamina
+from repro.experiments.base import RunParams
+from repro.results import load_results, run_and_save
+
+
+def test_kv_bytes_per_token_from_the_model_dims():
+    assert lamina.kv_bytes_per_token("llama2-13b") == 2 * 40 * 128 * 2 * 40  # MHA: 40 KV heads, 40 layers
+    assert lamina.kv_bytes_per_token("llama2-70b") == 2 * 8 * 128 * 2 * 80  # GQA: 8 KV heads, 80 layers
+
+
+def test_lamina_step_by_hand():
+    ctx, n = 1024, 2
+    c = lamina.lamina_config("llama2-13b", ctx, 1, n, overlap=True)
+    m = CalibratedPerfModel.for_setting(model="llama2-13b", gpu=lamina.GPU, tp=1, link="intra-node")
+    usable_bytes = 24e9 * (1 - m.memory.reserve_bytes / m.memory.mem_bytes)
+    batch = int(n * usable_bytes // (ctx * 819200))
+    assert c.batch == batch
+    assert c.attention_s == pytest.approx(batch * ctx * 819200 / (n * 936.2e9 * lamina.attention_efficiency()))
+    assert c.network_s == pytest.approx(40 * batch * (4 * 5120) * 2 / 25e9)  # q, k, v out, output back
+    assert c.step_s == max(c.compute_s, c.attention_s, c.network_s)
+    assert c.cost_usd == 17500 + n * 1600
+    serial = lamina.lamina_config("llama2-13b", ctx, 1, n, overlap=False)
+    assert serial.step_s == pytest.approx(c.compute_s + c.attention_s + c.network_s)
+
+
+def test_vllm_batch_is_what_fits_and_attention_efficiency_is_a_fraction():
+    m = CalibratedPerfModel.for_setting(model="llama2-13b", gpu=lamina.GPU, tp=2, link="intra-node")
+    assert lamina.vllm_config("llama2-13b", 4096, 2).batch == m.memory.kv_capacity_tokens // 4096
+    assert lamina.vllm_config("llama2-70b", 4096, 1) is None  # 138 GB of weights do not fit one GPU
+    assert 0.3 < lamina.attention_efficiency() < 1.0
+
+
+def test_quick_run_schema_figure_and_claims(tmp_path):
+    exp = lamina.EXPERIMENT
+    path, _ = run_and_save(exp, RunParams(quick=True), tmp_path, log=lambda m: None)
+    rows = json.loads(path.read_text())["data"]["rows"]
+    assert {(r["model"], r["context"]) for r in rows} == {(m, c) for m in lamina.MODELS for c in lamina.QUICK_CONTEXTS}
+    assert {r["system"] for r in rows} == {"vLLM", "Lamina", "Lamina (no overlap)"}
+    results = load_results(tmp_path, exp)
+    assert exp.plot(results, str(tmp_path))[0].endswith("lamina-fig13.png")
+    claims = exp.claims(results)
+    assert len(claims) == 6 and all(r.claim_id == "lamina-thpt-per-dollar" and r.reproduced > 0 for r in claims)
