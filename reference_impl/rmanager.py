@@ -120,6 +120,9 @@ class RManager:
             del self.reserved[req_id]
         return self._alloc(req_id)
 
+    def num_reserved_for(self, req_id: int) -> int:
+        return self.reserved.get(req_id, 0)
+
     def cancel_reservation(self, req_id: int, num_blocks: int | None = None) -> None:
         left = 0 if num_blocks is None else self.reserved.get(req_id, 0) - num_blocks
         if left > 0:
@@ -136,6 +139,8 @@ class RManager:
         """A new tail rBlock: local if there is room, else on the remote tail's instance, else on a
         recommended creditor (None when `recommend` is None, i.e. pooling is off, or all refuse)."""
         table = self.tables[req_id]
+        if self.num_free == 0:
+            self._reclaim_reservations(1)
         if self.num_free > 0:
             block = self._alloc(req_id)
         else:
@@ -156,9 +161,11 @@ class RManager:
 
     def alloc_prompt(self, req_id: int, num_blocks: int, recommend: Recommend | None = None) -> bool:
         """Admit a request with `num_blocks` rBlocks: local ones first, the rest on creditors; all or none."""
-        if num_blocks > self.num_free and (recommend is None or num_blocks > self.num_free + sum(
+        here = self.num_free + self._remote_reserved()
+        if num_blocks > here and (recommend is None or num_blocks > here + sum(
                 p.num_lendable for i, p in self.peers.items() if i != self.inst_id)):
             return False  # cannot fit anywhere now: refuse before allocating (admission is retried every step)
+        self._reclaim_reservations(num_blocks - self.num_free)
         self.add_request(req_id)
         while len(self.tables[req_id]) < num_blocks:
             missing = num_blocks - len(self.tables[req_id])
@@ -191,6 +198,18 @@ class RManager:
         self.cancel_reservation(req_id)
         self.frozen.discard(req_id)
         self._touch(req_id)
+
+    def _reclaim_reservations(self, num_blocks: int) -> None:
+        """Take back up to `num_blocks` of the room reserved here for remote requests' incoming KV that has
+        not arrived yet (infinite-llm 5.2: a creditor short of local space reclaims what it lent). A move
+        into that room then ends early; a reservation can otherwise pin this instance's memory for as long
+        as the source's steps take (one chunk per step, and a long prefill is one step)."""
+        for req_id in sorted((r for r in self.reserved if r not in self.tables), key=lambda r: (-self.reserved[r], r)):
+            if num_blocks <= 0:
+                return
+            n = min(num_blocks, self.reserved[req_id])
+            self.cancel_reservation(req_id, n)
+            num_blocks -= n
 
     # --- KV movement
     def move_kvcache(self, req_id: int, num_blocks: int, dst_inst: int) -> bool:
@@ -231,6 +250,9 @@ class RManager:
             # lazily: a chunk takes a few blocks of a long table (per-step cost must not grow with the table)
             candidates = (i for i in self._iter_movable(move.req_id, move.dst_inst) if (move.req_id, i) not in moved)
             while budget and move.num_blocks:
+                if not self.peers[move.dst_inst].num_reserved_for(move.req_id):
+                    move.num_blocks = 0  # the destination reclaimed the room: the move ends here
+                    break
                 index = next(candidates, None)
                 if index is None:
                     break

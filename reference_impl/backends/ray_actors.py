@@ -23,7 +23,7 @@ from reference_impl.scheduler import Scheduler
 
 RM_READS = ("num_free", "num_lendable")
 RM_CALLS = ("entries", "move_kvcache", "try_move_kvcache", "take_reserved", "alloc_for_swap", "release",
-            "cancel_reservation")
+            "cancel_reservation", "num_reserved_for")
 
 
 class ActorBackend(LocalBackend):

@@ -106,6 +106,9 @@ class RemoteRManager:
     def cancel_reservation(self, req_id: int, num_blocks: int | None = None) -> None:
         self._quiet("cancel_reservation", None, req_id, num_blocks)
 
+    def num_reserved_for(self, req_id: int) -> int:
+        return self._quiet("num_reserved_for", 0, req_id)
+
 
 class SchedulerView:
     """What the driver's `Engine` reads of an instance actor's scheduler."""
