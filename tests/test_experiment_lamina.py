@@ -41,7 +41,11 @@ def test_quick_run_schema_figure_and_claims(tmp_path):
     path, _ = run_and_save(exp, RunParams(quick=True), tmp_path, log=lambda m: None)
     rows = json.loads(path.read_text())["data"]["rows"]
     assert {(r["model"], r["context"]) for r in rows} == {(m, c) for m in lamina.MODELS for c in lamina.QUICK_CONTEXTS}
-    assert {r["system"] for r in rows} == {"vLLM", "Lamina", "Lamina (no overlap)"}
+    assert {r["system"] for r in rows} == {"vLLM", "Lamina", "Lamina (no overlap)", lamina.SAME_GPUS}
+    for r in rows:  # the same-GPU baseline runs on the tp Lamina picked, without memory devices
+        if r["system"] == lamina.SAME_GPUS:
+            (pick,) = [x for x in rows if x["system"] == "Lamina" and (x["model"], x["context"]) == (r["model"], r["context"])]
+            assert r["tp"] == pick["tp"] and r["memory_devices"] == 0
     results = load_results(tmp_path, exp)
     assert exp.plot(results, str(tmp_path))[0].endswith("lamina-fig13.png")
     claims = exp.claims(results)
