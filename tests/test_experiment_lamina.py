@@ -44,7 +44,8 @@ def test_quick_run_schema_figure_and_claims(tmp_path):
     assert {r["system"] for r in rows} == {"vLLM", "Lamina", "Lamina (no overlap)", lamina.SAME_GPUS}
     for r in rows:  # the same-GPU baseline runs on the tp Lamina picked, without memory devices
         if r["system"] == lamina.SAME_GPUS:
-            (pick,) = [x for x in rows if x["system"] == "Lamina" and (x["model"], x["context"]) == (r["model"], r["context"])]
+            (pick,) = [x for x in rows
+                       if x["system"] == "Lamina" and (x["model"], x["context"]) == (r["model"], r["context"])]
             assert r["tp"] == pick["tp"] and r["memory_devices"] == 0
     results = load_results(tmp_path, exp)
     assert exp.plot(results, str(tmp_path))[0].endswith("lamina-fig13.png")
