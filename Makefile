@@ -65,7 +65,12 @@ compare-vllm: $(STAMP) $(VLLM_STAMP)
 # simulation again (RUN_FLAGS=--force; set RUN_FLAGS= to keep existing results), draws the figures from the
 # results and prints the paper-vs-reproduced report. Workloads are generated inside the run (seeded, fitted).
 RUN_FLAGS ?= --force
-.PHONY: fig7 fig9 fig10 fig8-distkv
+# Fig 10 / distkv Fig 8 are seeded throughput-latency curves (repro/experiments/serving_curves.py); a bigger run:
+# make fig10 FIG10_PARAMS="--param seeds=5 --param short_requests=3000 --param long_requests=500"
+FIG10_PARAMS ?=
+FIG8_PARAMS ?=
+SENSITIVITY_PARAMS ?=
+.PHONY: fig7 fig9 fig10 fig8-distkv sensitivity
 
 fig7: $(STAMP)
 	$(BIN)/repro run --experiment perf-model $(RUN_FLAGS)
@@ -78,13 +83,20 @@ fig9: $(STAMP)
 	$(BIN)/repro report
 
 fig10: $(STAMP)
-	$(BIN)/repro run --experiment e2e $(RUN_FLAGS)
+	$(BIN)/repro run --experiment e2e $(RUN_FLAGS) $(FIG10_PARAMS)
 	$(BIN)/repro plot --experiment e2e
 	$(BIN)/repro report
 
 fig8-distkv: $(STAMP)
-	$(BIN)/repro run --experiment e2e-datasets $(RUN_FLAGS)
+	$(BIN)/repro run --experiment e2e-datasets $(RUN_FLAGS) $(FIG8_PARAMS)
 	$(BIN)/repro plot --experiment e2e-datasets
+	$(BIN)/repro report
+
+# Each Fig 10 group's max-throughput ratio against prefill attention rate, link, long outputs, batch cap and
+# chunked prefill (repro/experiments/sensitivity.py)
+sensitivity: $(STAMP)
+	$(BIN)/repro run --experiment sensitivity $(RUN_FLAGS) $(SENSITIVITY_PARAMS)
+	$(BIN)/repro plot --experiment sensitivity
 	$(BIN)/repro report
 
 # The other figures (infinite-llm Fig 1, 2, 11, 12; distkv-llm Fig 9, 11, 12). attention-micro, kv-move and
@@ -92,7 +104,7 @@ fig8-distkv: $(STAMP)
 # add the calibrated A100 numbers; motivation and migration are cost-model arithmetic (seconds).
 .PHONY: figures fig1 fig2 fig11 fig12 fig7-distkv fig9-distkv fig10-distkv fig11-distkv fig12-distkv fig13-lamina
 
-figures: fig1 fig2 fig7 fig9 fig10 fig11 fig12 fig8-distkv fig9-distkv fig10-distkv fig11-distkv fig12-distkv fig13-lamina
+figures: fig1 fig2 fig7 fig9 fig10 sensitivity fig11 fig12 fig8-distkv fig9-distkv fig10-distkv fig11-distkv fig12-distkv fig13-lamina
 	$(BIN)/repro report
 
 fig1: $(STAMP)
@@ -125,6 +137,12 @@ fig11-distkv: fig11
 fig13-lamina: $(STAMP)
 	$(BIN)/repro run --experiment lamina $(RUN_FLAGS)
 	$(BIN)/repro plot --experiment lamina
+
+# The simulator against real runs of the local engine on this machine (calibrated here first; minutes on 2 cores)
+.PHONY: sim-vs-real
+sim-vs-real: $(STAMP)
+	$(BIN)/repro run --experiment sim-vs-real $(RUN_FLAGS)
+	$(BIN)/repro plot --experiment sim-vs-real
 
 fig12-distkv: $(STAMP)
 	$(BIN)/repro run --experiment remote-vs-local --backend local $(RUN_FLAGS)

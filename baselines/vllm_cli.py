@@ -1,7 +1,7 @@
 """`repro compare-vllm`: our local engine vs real vLLM on the same model and requests (see vllm_compare)."""
 import click
 
-from baselines.vllm_compare import CompareConfig
+from baselines.vllm_compare_config import CompareConfig
 
 DEFAULTS = CompareConfig()
 
@@ -25,8 +25,11 @@ def compare_vllm(model, trace_id, num_requests, max_prompt_len, max_output_len, 
     """Greedy tokens and throughput of our engine and of real vLLM, same folder, same requests, one run."""
     from baselines.vllm_backend import check_vllm, vllm_python
     from baselines.vllm_compare import compare, format_table
-    from reference_impl.atomic import write_json_atomic
+    from reference_impl.atomic import check_writable_file, write_json_atomic
 
+    check_writable_file(out_path, "--out")
+    if log_path:
+        check_writable_file(log_path, "--log")
     check_vllm(vllm_python())  # before minutes of local generation
     config = CompareConfig(model, trace_id, num_requests, max_prompt_len, max_output_len, cpu_threads=cpu_threads,
                            seed=seed)

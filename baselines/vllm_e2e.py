@@ -18,6 +18,7 @@ from baselines.vllm_metrics import serving_point, summarize
 from baselines.vllm_model import TINY_VLLM, resolve_for_vllm, save_hf_folder
 from reference_impl.engine import EngineConfig
 from reference_impl.errors import InputError
+from reference_impl.sim.metrics import best_ratio
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +101,10 @@ def run_group(config: RealE2EConfig, trace_id: int, model, folder, log) -> dict:
             log(f"  trace {trace_id} {p['system']:<13} rate {rate:6.2f}/s  {p['output_tok_s']:8.1f} out tok/s  "
                 f"finished {p['num_finished']}/{p['num_requests']}  ({p['sim_wall_s']:.1f} s)")
         points += [ours, theirs]
-    best = {s: max(p["output_tok_s"] for p in points if p["system"] == s) for s in ("infinite-llm", "vllm-m")}
     return {"trace_id": trace_id, "panel": "real-cpu", "model": "tiny-h32", "num_gpus": config.num_instances,
             "num_instances": config.num_instances, "tp": 1, "baseline": "vllm-m",
             "num_requests": config.num_requests, "rates_per_s": list(config.rates_per_s), "points": points,
-            "max_tput_ratio": best["infinite-llm"] / best["vllm-m"] if best["vllm-m"] > 0 else None}
+            "max_tput_ratio": best_ratio(points, "infinite-llm", "vllm-m")}
 
 
 def run(params, log) -> dict:
@@ -117,4 +117,4 @@ def run(params, log) -> dict:
     with tempfile.TemporaryDirectory(prefix="e2e-vllm-") as scratch:
         folder = save_hf_folder(model, f"{scratch}/tiny-hf")
         groups = [run_group(config, t, model, folder, log) for t in config.trace_ids]
-    return {"gpu": "cpu", "link": "in-process", "source": "fitted", "groups": groups, "link_sweep": []}
+    return {"gpu": "cpu", "link": "in-process", "source": "fitted", "groups": groups}

@@ -108,5 +108,5 @@ def execute_swap(swap: Swap, rmanagers, copy_blocks) -> None:
         for i in indexes:
             dst = rmanagers[home].alloc_for_swap(req_id)
             pairs.append((table[i], dst))
-            table[i] = dst
+            rmanagers[home].set_block(req_id, i, dst)
     copy_blocks(pairs)

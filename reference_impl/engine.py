@@ -30,6 +30,9 @@ class EngineConfig:
     move_chunk_tokens: int = 16  # KV moved per instance and step
     gmanager_interval_steps: int = 8  # 0: no gManager rounds (spilling still asks it for creditors)
     dgfm: bool = True
+    # True: infinite-llm 5.2, no instance borrows and lends at once; False: distkv-llm 4.5 (DGFM cancels cycles)
+    exclusive_roles: bool = True
+    chunked_prefill_tokens: int | None = None  # tokens per step, decodes included; None: whole prompts
     seed: int = 0
 
     def __post_init__(self):
@@ -37,6 +40,8 @@ class EngineConfig:
             raise InputError("need at least one instance and non-negative block counts")
         if self.block_size < 1 or self.max_batch_size < 1 or self.move_chunk_tokens < 1:
             raise InputError("block size, batch size and move chunk must be >= 1")
+        if self.chunked_prefill_tokens is not None and self.chunked_prefill_tokens < self.block_size:
+            raise InputError(f"chunked prefill needs at least one block of tokens per step ({self.block_size})")
 
     @property
     def blocks_per_instance_total(self) -> int:
@@ -48,15 +53,21 @@ class Engine:
                  perf_model: PerfModel | None = None):
         self.config = config
         self.backend = backend
-        self.gmanager = GManager(gmanager_config or GManagerConfig(block_size=config.block_size), perf_model)
+        self.gmanager = GManager(gmanager_config or GManagerConfig(block_size=config.block_size,
+                                                                   exclusive_roles=config.exclusive_roles), perf_model)
         self.rng = np.random.default_rng(config.seed)
+        if config.chunked_prefill_tokens is not None and not getattr(backend, "supports_chunked_prefill", False):
+            raise InputError("chunked prefill runs on the sim backend only; leave --chunked-prefill-tokens unset")
         recommend = self.recommend if config.pooling else None
         peers: dict = {}
         chunk = max(1, config.move_chunk_tokens // config.block_size)
         self.instances = []
         for i in range(config.num_instances):
-            rm = RManager(i, config.blocks_per_instance, config.cpu_blocks_per_instance, config.max_lent_blocks, peers)
-            self.instances.append(Instance(rm, Scheduler(rm, config.block_size, config.max_batch_size, recommend), chunk))
+            rm = RManager(i, config.blocks_per_instance, config.cpu_blocks_per_instance, config.max_lent_blocks, peers,
+                          exclusive_roles=config.exclusive_roles)
+            scheduler = Scheduler(rm, config.block_size, config.max_batch_size, recommend,
+                                  chunked_prefill_tokens=config.chunked_prefill_tokens)
+            self.instances.append(Instance(rm, scheduler, chunk))
         self.rmanagers = peers
         self.num_steps = 0
         self.num_swaps = 0  # DGFM swaps carried out
@@ -73,15 +84,61 @@ class Engine:
         if need > room:
             raise InputError(f"request {seq.req_id} needs {need} rBlocks of {self.config.block_size} tokens but "
                              f"the {'cluster' if self.config.pooling else 'instance'} has {room}; "
-                             f"raise --blocks-per-instance or --instances")
+                             + ("raise --blocks-per-instance or --instances" if self.config.pooling else
+                                "raise --blocks-per-instance (with --no-pooling a request must fit one instance)"))
 
     def add_request(self, seq: Sequence) -> int:
-        """Dispatch to the instance with the most free memory; returns its id."""
+        """Dispatch to the instance with the most free memory (ties: the fewest running); returns its id."""
         self.check_fits(seq)
-        inst = max(self.instances, key=lambda i: (i.rm.num_free - sum(
-            num_blocks_for(s.num_tokens, self.config.block_size) for s in i.scheduler.waiting), -i.inst_id))
+        inst = max(self.instances, key=lambda i: (i.rm.num_free - self._num_waiting_blocks(i.scheduler),
+                                                  -len(i.scheduler.running), -i.inst_id))
         inst.scheduler.add(seq)
         return inst.inst_id
+
+    def _num_waiting_blocks(self, s) -> int:
+        if isinstance(s, Scheduler):
+            return s.num_waiting_blocks
+        return sum(num_blocks_for(seq.num_tokens, self.config.block_size) for seq in s.waiting)  # a Ray actor's
+
+    def redispatch(self, inst: Instance) -> Instance | None:
+        """Admission against the pool: when `inst` cannot admit its first waiting request now, hand it to the
+        front of an instance with an empty queue that can (local room plus what creditors lend); that instance,
+        or None."""
+        s = inst.scheduler
+        if not (self.config.pooling and isinstance(s, Scheduler) and s.waiting and s.is_head_blocked):
+            return None  # (a Ray actor's queue stays in the actor)
+        need = num_blocks_for(s.waiting[0].num_tokens, self.config.block_size)
+        for other in sorted(self.instances, key=lambda i: (-i.rm.num_free, i.inst_id)):
+            o = other.scheduler
+            if other is not inst and not o.waiting and len(o.running) < o.max_batch_size and \
+                    need <= other.rm.num_admissible(pooled=True):
+                o.add_first(s.take_waiting())
+                s.is_head_blocked = False
+                return other
+        return None
+
+    def fill_idle(self) -> list[Instance]:
+        """No idle instance while work it could run waits: an instance running nothing whose first waiting
+        request (if any) does not fit takes the first waiting request of the cluster that fits it now (its own
+        queue first, then the others' in id order) to the front of its queue. The instances that got one."""
+        if not self.config.pooling or not isinstance(self.instances[0].scheduler, Scheduler):
+            return []
+        filled = []
+        for inst in self.instances:
+            s = inst.scheduler
+            if s.running or (s.waiting and not s.is_head_blocked):
+                continue
+            room = inst.rm.num_admissible(pooled=True)
+            for other in [inst] + [i for i in self.instances if i is not inst and i not in filled]:
+                queue = other.scheduler.waiting
+                index = next((k for k, seq in enumerate(queue)
+                              if num_blocks_for(seq.num_tokens, self.config.block_size) <= room), None)
+                if index is not None:
+                    s.add_first(other.scheduler.take_waiting(index))
+                    s.is_head_blocked = False
+                    filled.append(inst)
+                    break
+        return filled
 
     def heartbeats(self, full: bool = False) -> None:
         for inst in self.instances:
@@ -113,6 +170,8 @@ class Engine:
         finished = []
         for inst in self.instances:
             finished += inst.step(self.backend)
+            self.redispatch(inst)
+        self.fill_idle()
         self.num_steps += 1
         self.finished += finished
         return finished

@@ -41,9 +41,16 @@ class Instance:
 
     def step(self, backend: Backend) -> list[Sequence]:
         """Move one chunk of pending KV, then one engine step; returns the requests that finished."""
-        self.rm.advance_moves(backend.copy_blocks, self.move_chunk_blocks)
-        seqs, is_prefill = self.scheduler.schedule()
+        seqs, is_prefill = self.begin_step(backend)
         if not seqs:
             return []
-        token_ids = backend.execute(self, seqs, is_prefill)
+        return self.end_step(seqs, backend.execute(self, seqs, is_prefill))
+
+    def begin_step(self, backend: Backend) -> tuple[list[Sequence], bool]:
+        """The control half before execute (one KV chunk moved, the batch scheduled); a backend that runs the
+        model elsewhere (the Ray actors' loops) calls it, then `end_step` with the tokens."""
+        self.rm.advance_moves(backend.copy_blocks, self.move_chunk_blocks)
+        return self.scheduler.schedule()
+
+    def end_step(self, seqs: list[Sequence], token_ids: list[int]) -> list[Sequence]:
         return self.scheduler.postprocess(seqs, token_ids)

@@ -30,6 +30,10 @@ class ModelConfig:
     eos_token_id: int | None = None
 
     def __post_init__(self):
+        counts = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads")
+        for name in counts:
+            if type(getattr(self, name)) is not int or getattr(self, name) < 1:
+                raise InputError(f"model {name} must be an integer >= 1, got {getattr(self, name)!r}")
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
             raise InputError(f"unsupported head layout: hidden {self.hidden_size}, {self.num_heads} heads, "
                              f"{self.num_kv_heads} KV heads (need hidden % heads == 0 and heads % kv_heads == 0)")
@@ -43,9 +47,32 @@ TINY = ModelConfig()
 SUPPORTED_ARCHS = ("LlamaForCausalLM",)
 
 
+_HF_COUNTS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+
+
+def _hf_value(cfg: dict, key: str, kind, default=None):
+    """cfg[key] checked to be a positive int (kind int), positive number (float) or bool; one line naming the key."""
+    value = cfg.get(key, default)
+    if value is None:
+        raise InputError(f"config.json lacks {key!r} (a Hugging Face LLaMA config has {', '.join(_HF_COUNTS)})")
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is int:
+        ok = type(value) is int and value > 0
+    else:
+        ok = type(value) in (int, float) and 0 < value < float("inf")
+    if not ok:
+        expected = {bool: "true or false", int: "an integer > 0", float: "a number > 0"}[kind]
+        raise InputError(f"config.json {key} must be {expected}, got {json.dumps(value)}")
+    return value
+
+
 def config_from_hf(cfg: dict) -> ModelConfig:
     """ModelConfig from a Hugging Face config.json dict; InputError on what this model does not implement."""
-    arch = (cfg.get("architectures") or ["?"])[0]
+    if not isinstance(cfg, dict):
+        raise InputError(f"config.json must hold a JSON object, got a {type(cfg).__name__}")
+    archs = cfg.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs else "?"
     problems = []
     if cfg.get("model_type") != "llama" or arch not in SUPPORTED_ARCHS:
         problems.append(f"model_type {cfg.get('model_type')!r} / {arch} (only llama / LlamaForCausalLM)")
@@ -55,18 +82,23 @@ def config_from_hf(cfg: dict) -> ModelConfig:
         problems.append("rope_scaling")
     if cfg.get("attention_bias") or cfg.get("mlp_bias"):
         problems.append("attention/MLP bias")
-    heads = cfg.get("num_attention_heads", 0)
-    if cfg.get("head_dim") not in (None, cfg.get("hidden_size", 0) // max(heads, 1)):
-        problems.append("head_dim != hidden_size / num_attention_heads")
     if problems:
         raise InputError(f"unsupported model config: {'; '.join(problems)}")
+    counts = {key: _hf_value(cfg, key, int) for key in _HF_COUNTS}
+    heads = counts["num_attention_heads"]
+    kv_heads = _hf_value(cfg, "num_key_value_heads", int, heads)
+    if cfg.get("head_dim") not in (None, counts["hidden_size"] // heads):
+        raise InputError("unsupported model config: head_dim != hidden_size / num_attention_heads")
     eos = cfg.get("eos_token_id")
+    eos = eos[0] if isinstance(eos, list) and eos else eos
+    if eos is not None and (type(eos) is not int or eos < 0):
+        raise InputError(f"config.json eos_token_id must be a token id (an integer >= 0), got {json.dumps(eos)}")
     return ModelConfig(
-        vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"], intermediate_size=cfg["intermediate_size"],
-        num_layers=cfg["num_hidden_layers"], num_heads=heads,
-        num_kv_heads=cfg.get("num_key_value_heads") or heads, rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
-        rope_theta=cfg.get("rope_theta", 10000.0), tie_word_embeddings=cfg.get("tie_word_embeddings", False),
-        eos_token_id=eos[0] if isinstance(eos, list) else eos)
+        vocab_size=counts["vocab_size"], hidden_size=counts["hidden_size"],
+        intermediate_size=counts["intermediate_size"], num_layers=counts["num_hidden_layers"], num_heads=heads,
+        num_kv_heads=kv_heads, rms_norm_eps=_hf_value(cfg, "rms_norm_eps", float, 1e-6),
+        rope_theta=_hf_value(cfg, "rope_theta", float, 10000.0),
+        tie_word_embeddings=_hf_value(cfg, "tie_word_embeddings", bool, False), eos_token_id=eos)
 
 
 def rms_norm(x, weight, eps):
@@ -161,7 +193,12 @@ def load_model(path: str | Path, dtype=torch.float32) -> LlamaModel:
         raw = json.loads((folder / "config.json").read_text())
     except json.JSONDecodeError as exc:
         raise InputError(f"{folder / 'config.json'} is not valid JSON ({exc.msg})") from None
-    config = config_from_hf(raw)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {folder / 'config.json'} ({exc.__class__.__name__})") from None
+    try:
+        config = config_from_hf(raw)
+    except InputError as exc:
+        raise InputError(f"{folder}: {exc}") from None
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise InputError(f"model folder {str(folder)!r} has no *.safetensors weights")

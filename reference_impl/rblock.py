@@ -28,14 +28,11 @@ class BlockPool:
         # popped from the end: reversed so the lowest address goes first
         self.free_list = {tier: list(range(n - 1, -1, -1)) for tier, n in self.capacity.items()}
         self.owner: dict[tuple[str, int], int] = {}
-
-    @property
-    def num_capacity(self) -> int:
-        return sum(self.capacity.values())
+        self.num_capacity = num_device_blocks + num_cpu_blocks
 
     @property
     def num_free(self) -> int:
-        return sum(len(f) for f in self.free_list.values())
+        return self.num_capacity - len(self.owner)
 
     @property
     def num_used(self) -> int:

@@ -1,4 +1,9 @@
-"""Continuous batching on one instance: admit by free rBlocks, prefill or decode, preempt by recompute."""
+"""Continuous batching on one instance: admit by free rBlocks, prefill or decode, preempt by recompute.
+
+Infinite-llm 5.2 on the instance's side: a creditor short of room reclaims what it lent (kv_moves.py) before
+anything is preempted; a debtor spends room freed by retiring requests on waiting requests first (a larger
+batch adds a token per step, a retrieval only saves a remote query), then on bringing offloaded blocks home.
+"""
 from collections import deque
 
 from reference_impl.rmanager import Recommend, RManager
@@ -6,64 +11,138 @@ from reference_impl.sequence import Sequence, Status, num_blocks_for
 
 
 class Scheduler:
-    def __init__(self, rmanager: RManager, block_size: int, max_batch_size: int, recommend: Recommend | None):
-        """`recommend` is the gManager's creditor hint; None turns KV pooling off (the vLLM-M policy)."""
+    def __init__(self, rmanager: RManager, block_size: int, max_batch_size: int, recommend: Recommend | None,
+                 *, chunked_prefill_tokens: int | None = None):
+        """`recommend` is the gManager's creditor hint; None turns KV pooling off (the vLLM-M policy).
+        `chunked_prefill_tokens`: each step decodes every running request and prefills prompt chunks in the
+        tokens left of this budget (vLLM's chunked prefill); None: a step prefills whole prompts or decodes."""
         self.rm = rmanager
+        self.chunked_prefill_tokens = chunked_prefill_tokens
         self.block_size = block_size
         self.max_batch_size = max_batch_size
         self.recommend = recommend
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.num_retrievable = 0  # local blocks freed by retiring requests, to spend on retrieval
+        self.is_head_blocked = False  # the first waiting request could not be admitted at the last schedule
+        self.num_waiting_blocks = 0  # rBlocks the waiting requests need at admission
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
+        self.num_waiting_blocks += num_blocks_for(seq.num_tokens, self.block_size)
+
+    def add_first(self, seq: Sequence) -> None:
+        self.waiting.appendleft(seq)
+        self.num_waiting_blocks += num_blocks_for(seq.num_tokens, self.block_size)
+
+    def take_waiting(self, index: int = 0) -> Sequence:
+        seq = self.waiting[index]
+        del self.waiting[index]
+        self.num_waiting_blocks -= num_blocks_for(seq.num_tokens, self.block_size)
+        return seq
 
     def mean_waiting_blocks(self) -> float:
         if not self.waiting:
             return 0.0
-        return sum(num_blocks_for(s.num_tokens, self.block_size) for s in self.waiting) / len(self.waiting)
+        return self.num_waiting_blocks / len(self.waiting)
 
     def schedule(self) -> tuple[list[Sequence], bool]:
-        """Prefill the waiting requests that fit, else one decode step for every running request."""
-        admitted = []
-        while self.waiting and len(self.running) + len(admitted) < self.max_batch_size:
-            seq = self.waiting[0]
-            if not self.rm.alloc_prompt(seq.req_id, num_blocks_for(seq.num_tokens, self.block_size), self.recommend):
-                break
-            seq.status = Status.RUNNING
-            admitted.append(self.waiting.popleft())
+        """Prefill the waiting requests that fit, else one decode step for every running request (chunked:
+        decode the running requests and prefill prompt chunks in one step)."""
+        admitted = self._admit()
+        if self.chunked_prefill_tokens is not None:
+            for seq in admitted:
+                seq.prefill_left = seq.num_tokens
+            self.running.extend(admitted)
+            self._may_retrieve()
+            return self._decode([s for s in self.running if not s.prefill_left]) + self._prefill_chunks(), False
         if admitted:
             self.running.extend(admitted)
             return admitted, True
-        scheduled = []
-        for seq in list(self.running):
-            if seq not in self.running:  # preempted for an earlier one
+        self._may_retrieve()
+        return self._decode(list(self.running)), False
+
+    def _prefill_chunks(self) -> list[Sequence]:
+        budget = max(self.block_size, self.chunked_prefill_tokens - sum(not s.prefill_left for s in self.running))
+        chunks = []
+        for seq in self.running:
+            seq.chunk_tokens = min(seq.prefill_left, budget)
+            if seq.chunk_tokens:
+                seq.prefill_left -= seq.chunk_tokens
+                budget -= seq.chunk_tokens
+                chunks.append(seq)
+        return chunks
+
+    def _decode(self, seqs: list[Sequence]) -> list[Sequence]:
+        """Grow the tables of `seqs` for one more token each; those that got room."""
+        scheduled, num_stalled, num_leaving = [], 0, None
+        for seq in seqs:
+            if seq.status is not Status.RUNNING:  # preempted for an earlier one
                 continue
             while len(self.rm.tables[seq.req_id]) * self.block_size < seq.num_tokens:
-                if self.rm.append_block(seq.req_id, self.recommend) is None:
-                    victim = self.running[-1]
-                    self.preempt(victim)
-                    if victim is seq:
-                        break
-            if seq in self.running:
+                if self.rm.append_block(seq.req_id, self.recommend) is not None:
+                    continue
+                if num_leaving is None:
+                    num_leaving = self.rm.reclaim_lent(self._num_short()) if self.recommend is not None else 0
+                if num_stalled < num_leaving:
+                    num_stalled += 1  # lent blocks are on their way out: wait for them, lose no work
+                    break
+                # nowhere can take what this instance lent: recompute the newest request, as vLLM does (it
+                # has the least generated work to redo, and its rBlocks free room for the older ones)
+                victim = self.running[-1]
+                self.preempt(victim)
+                if victim is seq:
+                    break
+            if seq.status is Status.RUNNING and len(self.rm.tables[seq.req_id]) * self.block_size >= seq.num_tokens:
                 scheduled.append(seq)
-        return scheduled, False
+        return scheduled
+
+    def _num_short(self) -> int:
+        """rBlocks the running requests need before this decode step."""
+        return sum(max(0, num_blocks_for(s.num_tokens, self.block_size) - len(self.rm.tables[s.req_id]))
+                   for s in self.running)
+
+    def _admit(self) -> list[Sequence]:
+        admitted = []
+        self.is_head_blocked = False
+        while self.waiting and len(self.running) + len(admitted) < self.max_batch_size:
+            seq = self.waiting[0]
+            need = num_blocks_for(seq.num_tokens, self.block_size)
+            if not self.rm.alloc_prompt(seq.req_id, need, self.recommend):
+                self.is_head_blocked = True
+                if self.recommend is not None and self.rm.is_creditor and self.rm.exclusive_roles:
+                    self.rm.reclaim_lent(need - self.rm.num_free)  # a creditor may not borrow: call room back
+                break
+            seq.status = Status.RUNNING
+            admitted.append(self.take_waiting())
+        return admitted
+
+    def _may_retrieve(self) -> None:
+        if self.recommend is None or not self.rm.num_borrowed:
+            self.num_retrievable = 0
+            return
+        room = min(self.num_retrievable, self.rm.num_free - self.num_waiting_blocks)
+        if room > 0:
+            self.num_retrievable -= self.rm.retrieve(room)
 
     def preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
         self.rm.free_request(seq.req_id)
         seq.status = Status.WAITING
+        seq.prefill_left = seq.chunk_tokens = 0
         seq.num_preemptions += 1
-        self.waiting.appendleft(seq)
+        self.add_first(seq)
 
     def postprocess(self, seqs: list[Sequence], token_ids: list[int]) -> list[Sequence]:
         finished = []
         for seq, token_id in zip(seqs, token_ids):
+            seq.chunk_tokens = 0
+            if seq.prefill_left:
+                continue  # the prompt is not all prefilled yet: no token
             seq.output_ids.append(token_id)
             if seq.is_finished:
-                seq.placement = {}
-                for block in self.rm.tables[seq.req_id]:
-                    seq.placement[block.inst_id] = seq.placement.get(block.inst_id, 0) + 1
+                seq.placement = dict(self.rm.holders(seq.req_id))
+                self.num_retrievable += seq.placement.get(self.rm.inst_id, 0)
                 seq.status = Status.FINISHED
                 self.rm.free_request(seq.req_id)
                 self.running.remove(seq)

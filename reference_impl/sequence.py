@@ -19,6 +19,8 @@ class Sequence:
     status: Status = Status.WAITING
     num_preemptions: int = 0
     placement: dict[int, int] = field(default_factory=dict)  # inst_id -> rBlocks, when it finished
+    prefill_left: int = 0  # chunked prefill: prompt tokens whose KV is still to compute
+    chunk_tokens: int = 0  # chunked prefill: prompt tokens of this step (0: a decode step)
     logits: list = field(default_factory=list)  # per generated token, when recorded
 
     @property

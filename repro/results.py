@@ -1,7 +1,8 @@
 """Result files: results/<experiment>/<run_id>/result.json, schema-checked, written atomically, resumable."""
 import json
+import re
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import cache
 from importlib import metadata, resources
 from pathlib import Path
@@ -9,8 +10,9 @@ from pathlib import Path
 import jsonschema
 
 from reference_impl.errors import InputError
-from repro.atomic import write_json_atomic
+from repro.atomic import check_writable_dir, write_json_atomic
 from repro.experiments.base import Experiment, RunParams
+from repro.experiments.params import declared_params, fingerprint, overrides, parse_params
 
 RESULT_FILE = "result.json"
 
@@ -44,21 +46,64 @@ def _version() -> str:
         return "unknown"
 
 
-def run_and_save(exp: Experiment, params: RunParams, results_dir: str | Path, *, force: bool = False,
-                 run_id: str | None = None, log=print) -> tuple[Path, bool]:
-    """Run `exp` unless its result exists (or `force`); returns (path, ran)."""
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9._-]+$")  # as result.schema.json
+
+
+def resolve_params(exp: Experiment, params: RunParams) -> tuple[RunParams, dict]:
+    """(params with `extra` typed and defaults filled, the overrides that make it a non-default run)."""
     if params.backend not in exp.backends:
         raise InputError(f"experiment {exp.name!r} runs on backends {', '.join(exp.backends)}, "
                          f"not {params.backend!r}")
-    run_id = run_id or exp.run_id(params)
-    path = result_path(results_dir, exp.name, run_id)
+    declared = declared_params(exp)
+    typed = params.extra if declared is None else parse_params(exp.name, declared, params.extra, params.backend)
+    return replace(params, extra=typed), overrides(declared, params.extra, typed)
+
+
+def check_run_id(run_id: str) -> str:
+    if not RUN_ID_PATTERN.match(run_id) or run_id in (".", ".."):
+        raise InputError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-' only")
+    return run_id
+
+
+def _same_run(path: Path, params: RunParams, changed: dict) -> str | None:
+    """None if the result at `path` was made with these params, else how it differs."""
+    try:
+        stored = json.loads(path.read_text())["params"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "it cannot be read"
+    now = {"quick": params.quick, "backend": params.backend, "seed": params.seed,
+           "overrides": json.loads(json.dumps(changed, default=str))}
+    then = {key: stored.get(key) for key in ("quick", "backend", "seed")}
+    then["overrides"] = stored.get("overrides", stored.get("extra", {}))
+    diff = [f"{key} {then[key]!r} there, {now[key]!r} now" for key in now if then[key] != now[key]]
+    return "; ".join(diff) or None
+
+
+def run_and_save(exp: Experiment, params: RunParams, results_dir: str | Path, *, force: bool = False,
+                 run_id: str | None = None, log=print) -> tuple[Path, bool]:
+    """Run `exp` unless the same run's result exists (or `force`); returns (path, ran).
+
+    A non-default `--param` makes another run: its id ends with a hash of the changed values. An existing result
+    made with other params under the same id (an explicit `run_id`) is an error, never a silent skip."""
+    params, changed = resolve_params(exp, params)
+    if run_id is None:
+        run_id = exp.run_id(params) + (f"-p{fingerprint(changed)}" if changed else "")
+    path = result_path(results_dir, exp.name, check_run_id(run_id))
     if path.exists() and not force:
+        differs = _same_run(path, params, changed)
+        if differs:
+            raise InputError(f"{path} holds another run ({differs}); use --force to replace it or another --run-id")
         log(f"{path} exists; skipped (use --force to run again)")
         return path, False
+    check_writable_dir(path.parent, "--results-dir")
+    if changed:
+        log(f"{exp.name}: run {run_id} with " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
     start = time.perf_counter()
     data = exp.run(params, log)
-    result = {"experiment": exp.name, "run_id": run_id, "figures": list(exp.figures), "params": asdict(params),
+    result = {"experiment": exp.name, "run_id": run_id, "figures": list(exp.figures),
+              "params": {**asdict(params), "overrides": changed},
               "wall_s": round(time.perf_counter() - start, 3), "repro_version": _version(), "data": data}
+    result = json.loads(json.dumps(result, default=str))
     validate_result(result, exp.schema, where=f"the new {exp.name} result")
     write_json_atomic(path, result)
     return path, True
@@ -67,7 +112,10 @@ def run_and_save(exp: Experiment, params: RunParams, results_dir: str | Path, *,
 def load_results(results_dir: str | Path, exp: Experiment) -> list[dict]:
     """Every saved run of `exp`, validated, ordered by run id."""
     results = []
-    for path in sorted((Path(results_dir) / exp.name).glob(f"*/{RESULT_FILE}")):
+    folder = Path(results_dir) / exp.name
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{folder} is a file; results of {exp.name} belong in a folder of that name")
+    for path in sorted(folder.glob(f"*/{RESULT_FILE}")):
         try:
             result = json.loads(path.read_text())
         except json.JSONDecodeError as exc:

@@ -10,10 +10,11 @@ from reference_impl.rmanager import RManager
 NUM_INSTANCES = 3
 
 
-def make_cluster(blocks, cap):
+def make_cluster(blocks, cap, exclusive_roles=True):
     peers = {}
-    rms = [RManager(i, blocks[i], 1, max_lent_blocks=cap, peers=peers) for i in range(NUM_INSTANCES)]
-    return rms, GManager(GManagerConfig(block_size=4, instances_per_node=2))
+    rms = [RManager(i, n, 1, max_lent_blocks=cap, peers=peers, exclusive_roles=exclusive_roles)
+           for i, n in enumerate(blocks)]
+    return rms, GManager(GManagerConfig(block_size=4, instances_per_node=2, exclusive_roles=exclusive_roles))
 
 
 def status(rm):
@@ -54,7 +55,7 @@ class FakeKV:
         self.lengths = {r: len(t) for r, t in tables.items()}
 
 
-def check_invariants(rms):
+def check_invariants(rms, exclusive_roles=True):
     owners = Counter()
     for rm in rms:
         assert rm.pool.num_used + rm.pool.num_free == rm.pool.num_capacity
@@ -64,6 +65,13 @@ def check_invariants(rms):
         assert held == Counter({r: n for r, n in rm.hosted.items()})
         for key in rm.pool.owner:
             owners[(rm.inst_id, key)] += 1
+        for req_id, table in rm.tables.items():  # the holders index is the table, counted
+            assert rm.holders(req_id) == Counter(b.inst_id for b in table)
+        assert rm.num_borrowed == sum(b.inst_id != rm.inst_id for t in rm.tables.values() for b in t)
+        assert rm.num_lent == sum(n for r, n in rm.hosted.items() if r not in rm.tables)
+        assert rm.num_reserved == sum(rm.reserved.values()) and all(n > 0 for n in rm.reserved.values())
+        if exclusive_roles:
+            assert not (rm.is_debtor and rm.is_creditor), f"instance {rm.inst_id} borrows and lends at once"
     tabled = Counter()
     for rm in rms:
         for req_id, table in rm.tables.items():
@@ -75,6 +83,19 @@ def check_invariants(rms):
     assert all(n == 1 for n in tabled.values())
     ids = [b.rblock_id for rm in rms for t in rm.tables.values() for b in t]
     assert len(ids) == len(set(ids))
+    check_reservations(rms)
+
+
+def check_reservations(rms):
+    """Every reservation is room promised to a pending move into that instance, at most what it still moves."""
+    pending = Counter()
+    for rm in rms:
+        for m in rm.moves:
+            assert m.req_id in rm.tables and m.num_blocks > 0
+            pending[(m.req_id, m.dst_inst)] += m.num_blocks
+    for rm in rms:
+        for req_id, n in rm.reserved.items():
+            assert n <= pending[(req_id, rm.inst_id)], f"reservation of {req_id} on {rm.inst_id} has no move"
 
 
 def true_ledger(rms):
@@ -88,49 +109,72 @@ def true_ledger(rms):
     return ledger
 
 
-ops = st.lists(st.tuples(st.sampled_from(["admit", "append", "free", "move", "recall", "advance", "heartbeat",
-                                          "restart", "round", "dgfm"]),
-                         st.integers(0, 50), st.integers(0, 6)), min_size=1, max_size=60)
+def true_map(rms):
+    return {r: tuple(sorted((e for rm in rms for e in rm.entries() if e.req_id == r), key=lambda e: e.inst_id))
+            for r in sorted({e.req_id for rm in rms for e in rm.entries()})}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=ops, blocks=st.lists(st.integers(1, 8), min_size=NUM_INSTANCES, max_size=NUM_INSTANCES),
-       cap=st.integers(0, 6), seed=st.integers(0, 3))
-def test_random_protocol_keeps_invariants(ops, blocks, cap, seed):
+OPS = ["admit", "grow", "lend", "reclaim", "retrieve", "recall", "finish", "advance", "heartbeat", "restart",
+       "round", "dgfm"]
+WEIGHTED_OPS = OPS + ["admit", "admit", "grow", "lend", "lend", "advance"]  # states with debts come sooner
+ops = st.lists(st.tuples(st.sampled_from(WEIGHTED_OPS), st.integers(0, 7), st.integers(0, 8)), min_size=20,
+               max_size=80)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=ops, blocks=st.lists(st.integers(2, 8), min_size=2, max_size=5), cap=st.integers(0, 6),
+       seed=st.integers(0, 3), exclusive_roles=st.booleans(), fresh_map=st.booleans())
+def test_random_protocol_keeps_invariants(ops, blocks, cap, seed, exclusive_roles, fresh_map):
+    """`fresh_map`: heartbeats after every operation and the gManager's map checked each time; else the
+    gManager hears only on heartbeat operations (stale hints) and is checked then."""
     import numpy as np
     from reference_impl.dgfm import execute_swap
 
-    rms, gm = make_cluster(blocks, cap)
+    rms, gm = make_cluster(blocks, cap, exclusive_roles)
+    n = len(rms)
     rng = np.random.default_rng(seed)
     kv = FakeKV()
     next_req = 0
     for op, a, b in ops:
         live = sorted((r, rm) for rm in rms for r in rm.tables)
         if op == "admit":
-            rm = rms[a % NUM_INSTANCES]
+            rm = rms[a % n]
             ok = rm.alloc_prompt(next_req, b, gm.recommend_creditors)
             assert ok == (next_req in rm.tables)
+            assert ok or b > rm.num_free  # refused only when short of local room
             next_req += 1
-        elif op in ("append", "free", "move", "recall") and live:
+        elif op in ("reclaim", "retrieve"):
+            rm = rms[a % n]
+            moves_before = sum(len(r.moves) for r in rms)
+            if op == "reclaim":
+                leaving = rm.reclaim_lent(b)
+                assert 0 <= leaving <= rm.num_lent
+                assert leaving == 0 or sum(len(r.moves) for r in rms) >= 1
+            else:
+                asked = rm.retrieve(b)
+                assert 0 <= asked <= min(b, rm.num_borrowed)
+                assert sum(len(r.moves) for r in rms) >= moves_before
+        elif op in ("grow", "finish", "lend", "recall") and live:
             req_id, rm = live[a % len(live)]
-            if op == "append":
-                total = sum(r.pool.num_capacity for r in rms)
+            if op == "grow":
                 before = len(rm.tables[req_id])
                 block = rm.append_block(req_id, gm.recommend_creditors)
                 assert len(rm.tables[req_id]) == before + (block is not None)
-                assert block is not None or before < total
-            elif op == "free":
+                # refused only when no instance may give a block: none free here, and none lendable elsewhere
+                # (or this instance may not borrow: it lends under exclusive roles)
+                assert block is not None or rm.num_free == 0 and (
+                    not rm.can_borrow or all(p.num_lendable == 0 for p in rms if p is not rm))
+            elif op == "finish":
                 rm.free_request(req_id)
+                assert all(req_id not in r.reserved and req_id not in r.hosted for r in rms)
             else:
-                dst = rm.inst_id if op == "recall" else b % NUM_INSTANCES
+                dst = rm.inst_id if op == "recall" else b % n
                 free_before = rms[dst].num_free
                 if rm.move_kvcache(req_id, b, dst):
                     assert rms[dst].num_free < free_before
         elif op == "advance":
             for rm in rms:
                 rm.advance_moves(kv.copy, max(1, b))
-        elif op == "heartbeat":
-            send_heartbeats(rms, gm)
         elif op == "restart":
             send_heartbeats(rms, gm)
             old_map = gm.placement_map()
@@ -147,24 +191,31 @@ def test_random_protocol_keeps_invariants(ops, blocks, cap, seed):
             counts = {r: len(t) for rm in rms for r, t in rm.tables.items()}
             swap = gm.plan_dgfm(rng)
             if swap is not None:
+                assert not exclusive_roles  # exclusive roles leave no debt cycle to swap
                 used = [rm.pool.num_used for rm in rms]
                 execute_swap(swap, rms, kv.copy)
                 gm.swap_done(swap)
                 assert [rm.pool.num_used for rm in rms] == used
             assert counts == {r: len(t) for rm in rms for r, t in rm.tables.items()}
-        check_invariants(rms)
+        check_invariants(rms, exclusive_roles)
         kv.check_and_write(rms)
-    send_heartbeats(rms, gm)
-    assert gm.ledger() == true_ledger(rms)
-    expected = {r: tuple(sorted((e for rm in rms for e in rm.entries() if e.req_id == r), key=lambda e: e.inst_id))
-                for r in sorted({e.req_id for rm in rms for e in rm.entries()})}
-    assert gm.placement_map() == expected
+        if fresh_map or op == "heartbeat":
+            send_heartbeats(rms, gm)
+            assert gm.placement_map() == true_map(rms)
+            assert gm.ledger() == true_ledger(rms)
+    for _ in range(200):  # every pending move ends, and its reservation with it
+        if not any(rm.moves for rm in rms):
+            break
+        for rm in rms:
+            rm.advance_moves(kv.copy, 1)
+        check_invariants(rms, exclusive_roles)
+        kv.check_and_write(rms)
+    assert not any(rm.moves for rm in rms) and not any(rm.reserved for rm in rms)
     for rm in rms:
         for req_id in list(rm.tables):
             rm.free_request(req_id)
     for rm in rms:
-        rm.moves.clear()
-        assert rm.pool.num_free == rm.pool.num_capacity and not rm.hosted
+        assert rm.pool.num_free == rm.pool.num_capacity and not rm.hosted and not rm.reserved and not rm.moves
 
 
 def test_refused_move_when_destination_short():

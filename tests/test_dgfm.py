@@ -48,7 +48,7 @@ def lend(rms, req_id, home, creditor, n):
 def cycle_cluster(debts):
     """Instance i homes request i with 10 blocks, and lends per `debts` {(debtor, creditor): n}."""
     peers = {}
-    rms = [RManager(i, 20, peers=peers) for i in range(3)]
+    rms = [RManager(i, 20, peers=peers, exclusive_roles=False) for i in range(3)]  # debts form cycles
     for i, rm in enumerate(rms):
         assert rm.alloc_prompt(i, 10)
     for (d, c), n in debts.items():

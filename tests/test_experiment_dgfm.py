@@ -65,4 +65,15 @@ def test_quick_run_schema_arms_swaps_figure_and_claim(tmp_path):
     results = load_results(tmp_path, exp)
     assert exp.plot(results, str(tmp_path))[0].endswith("distkv-llm-fig10.png")
     (row,) = exp.claims(results)
-    assert row.claim_id == "dgfm" and row.reproduced > 0
+
+    def last_third(arm):  # by hand: mean tok/s over the last third of the bins
+        values = [b["output_tok_s"] for b in arm["bins"]]
+        tail = values[len(values) - max(1, len(values) // 3):]
+        return sum(tail) / len(tail)
+
+    seeds = sorted({a["seed"] for a in data["arms"]})
+    by = {(a["arm"], a["seed"]): a for a in data["arms"]}
+    ratios = [last_third(by[("DGFM", s)]) / last_third(by[("no DGFM", s)]) for s in seeds]
+    assert row.claim_id == "dgfm" and row.reproduced == pytest.approx(sum(ratios) / len(ratios))
+    assert 0.1 < row.reproduced < 10  # the same cluster and requests: not orders of magnitude apart
+    assert f"made {arms['DGFM']['rounds'][-1]['swaps']}-" in row.note

@@ -49,5 +49,24 @@ def test_quick_run_schema_figure_and_claims(tmp_path):
             assert r["tp"] == pick["tp"] and r["memory_devices"] == 0
     results = load_results(tmp_path, exp)
     assert exp.plot(results, str(tmp_path))[0].endswith("lamina-fig13.png")
+    for r in rows:  # decode: one token per request and step; price per thousand dollars
+        assert r["tok_s"] == pytest.approx(r["batch"] / r["step_s"])
+        assert r["tok_s_per_kusd"] == pytest.approx(r["tok_s"] / (r["cost_usd"] / 1000))
+        assert r["step_s"] >= r["compute_s"] > 0
+    by = {(r["model"], r["context"], r["system"]): r for r in rows}
+    expected = {"per_dollar": [], "batch": [], "tput": []}
+    for model, context in {(r["model"], r["context"]) for r in rows}:
+        lam, vllm = by[(model, context, "Lamina")], by[(model, context, "vLLM")]
+        serial, same = by[(model, context, "Lamina (no overlap)")], by[(model, context, lamina.SAME_GPUS)]
+        assert lam["step_s"] <= serial["step_s"] * (1 + 1e-9)  # overlap never slows a step
+        assert lam["batch"] >= same["batch"]  # memory devices only add room for KV
+        expected["per_dollar"].append(lam["tok_s_per_kusd"] / vllm["tok_s_per_kusd"])
+        if same["batch"]:
+            expected["batch"].append(lam["batch"] / same["batch"])
+            expected["tput"].append(lam["tok_s"] / same["tok_s"])
     claims = exp.claims(results)
-    assert len(claims) == 6 and all(r.claim_id == "lamina-thpt-per-dollar" and r.reproduced > 0 for r in claims)
+    assert len(claims) == 6 and {r.claim_id for r in claims} == {"lamina-thpt-per-dollar"}
+    got = [r.reproduced for r in claims]
+    want = [f(expected[k]) for k in ("per_dollar", "batch", "tput") for f in (min, max)]
+    assert got == pytest.approx(want)
+    assert min(expected["batch"]) >= 1 and all(lo <= hi for lo, hi in zip(got[::2], got[1::2]))

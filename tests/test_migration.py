@@ -96,5 +96,5 @@ def test_experiment_result_claims_and_bad_param(tmp_path):
     assert exp.plot(results, str(tmp_path / "fig"))[0].endswith("distkv-llm-fig9.png")
     with pytest.raises(InputError, match="unknown --param"):
         run_and_save(exp, RunParams(extra={"nope": "1"}), tmp_path, force=True, log=lambda m: None)
-    with pytest.raises(InputError, match="takes a number"):
+    with pytest.raises(InputError, match="load_gb_s=.fast. is not valid"):
         run_and_save(exp, RunParams(extra={"load_gb_s": "fast"}), tmp_path, force=True, log=lambda m: None)

@@ -1,5 +1,4 @@
 """Sim backend: baselines' admission rules, determinism, invariants, bad input, Algorithm 1's coarse search."""
-import math
 from dataclasses import replace
 
 import numpy as np
@@ -59,13 +58,37 @@ def test_same_seed_same_result_bit_for_bit():
 
 def test_tokens_counted_match_outputs_and_no_block_leaks():
     requests = generate(trace_id=1, num_requests=40, rate_per_s=50.0, seed=2, options=SourceOptions(source="fitted"))
-    result = simulate(SimConfig(num_instances=2), requests)
+    config = SimConfig(num_instances=2, block_size=16)
+    engines, rounds = [], []
+
+    def check_blocks(now_s, engine):
+        engines[:] = [engine]
+        for inst in engine.instances:
+            pool = inst.rm.pool
+            assert pool.num_free + pool.num_used == pool.num_capacity  # free + used = total, every round
+        # every logical rBlock of a live request has exactly one physical home, counted by its instance
+        table_blocks = [b for inst in engine.instances for t in inst.rm.tables.values() for b in t]
+        assert len({b.rblock_id for b in table_blocks}) == len(table_blocks)
+        held = {}
+        for b in table_blocks:
+            held[b.inst_id] = held.get(b.inst_id, 0) + 1
+        for inst in engine.instances:
+            assert sum(inst.rm.hosted.values()) == inst.rm.pool.num_used == held.get(inst.inst_id, 0)
+        rounds.append(sum(len(t) for inst in engine.instances for t in inst.rm.tables.values()))
+
+    result = simulate(config, requests, on_round=check_blocks)
     done = result.finished
-    assert len(done) == len(requests)
-    # every generated token is counted once, preempted recomputation included in no extra token
-    assert sum(result.step_tokens) >= sum(r.output_len for r in done)
-    t, tok_s = result.throughput_over_time(1.0)
-    assert len(t) == len(tok_s) and math.isclose(tok_s.sum() * 1.0, sum(result.step_tokens))
+    assert len(done) == len(requests) and max(rounds) > 0  # rounds saw requests holding blocks
+    (engine,) = engines
+    for inst in engine.instances:  # after the last request: nothing held, reserved or left in a table
+        assert (inst.rm.pool.num_used, inst.rm.tables, inst.rm.hosted) == (0, {}, {})
+        assert inst.rm.pool.num_free == inst.rm.pool.num_capacity == blocks_per_instance(config)
+    # one token per request and step: the output lengths of the workload (plus one per recomputed prefill)
+    recomputed = sum(r.num_preemptions for r in done)
+    assert sum(result.step_tokens) - recomputed == sum(r.output_len for r in requests)
+    for inst_id in range(config.num_instances):  # each instance produced the tokens of its own requests
+        mine = [t for t, i in zip(result.step_tokens, result.step_inst) if i == inst_id]
+        assert sum(mine) >= sum(r.output_len for r in done if r.inst_id == inst_id) > 0
 
 
 def test_vllm_s_is_one_instance_tp_in_node_pp_across():
@@ -127,3 +150,39 @@ def test_gmanager_round_with_32_instances_is_fast():
         times.append(time.perf_counter() - start)
         engine.heartbeats()
     assert np.median(times) < 0.05  # target 10 ms on an idle core; loose here for shared CI machines
+
+
+@pytest.mark.parametrize("system", ["infinite-llm", "vllm-m", "vllm-s"])
+def test_chunked_prefill_serves_everything_and_keeps_decodes_going_through_a_long_prompt(system):
+    base = cluster("llama2-7b", GPU, 2)
+    long_prompt = capacity_tokens(base) // 2
+    requests = [Request(i, 0.01 * i, 200, 100, "short") for i in range(1, 9)]
+    requests += [Request(0, 0.2, long_prompt, 8, "long")]
+    whole = simulate(system_config(system, base), requests)
+    chunked = simulate(system_config(system, replace(base, chunked_prefill_tokens=2048)), requests)
+    for result in (whole, chunked):
+        assert [r.status for r in result.requests] == [FINISHED] * len(requests)
+        assert sum(result.step_tokens) == sum(r.output_len for r in requests)  # no preemption here
+    if system == "vllm-s":  # one instance: a one-step prefill of the long prompt stalls every decode ...
+
+        def tokens_during_long_prefill(res):
+            long_ = next(r for r in res.requests if r.req_id == 0)
+            return sum(n for t, n in zip(res.step_end_s, res.step_tokens) if long_.arrival_s < t < long_.first_token_s)
+
+        assert tokens_during_long_prefill(whole) <= 8  # (at most the decode step in flight when it arrived)
+        # ... chunked, the 8 short requests decode in every step that carries a chunk of it
+        assert tokens_during_long_prefill(chunked) >= 8 * (long_prompt // 2048 - 1)
+
+
+def test_chunked_prefill_needs_a_block_per_step():
+    with pytest.raises(InputError, match="chunked prefill"):
+        SimConfig(chunked_prefill_tokens=16)
+
+
+def test_capacity_check_is_the_engines_and_counts_the_lending_cap():
+    base = replace(cluster("llama2-7b", GPU, 2), max_lent_blocks=10)
+    own = capacity_tokens(base)
+    requests = [Request(0, 0.0, own + 10 * base.block_size - 16, 16, "fits"),
+                Request(1, 0.0, own + 10 * base.block_size + 1, 16, "over the cap")]
+    result = simulate(base, requests)
+    assert [r.status for r in result.requests] == [FINISHED, REJECTED]

@@ -34,9 +34,9 @@ def test_generate_writes_a_loadable_file(tmp_path, capsys):
     (["--trace", "9", "--rate", "1"], "unknown trace 9"),
     (["--dataset", "0", "--rate", "1"], "unknown dataset 0"),
     (["--dataset", "19", "--rate", "1"], "unknown dataset 19"),
-    (["--trace", "1", "--rate", "0"], "--rate > 0"),
-    (["--trace", "1", "--rate", "-3"], "--rate > 0"),
-    (["--trace", "1", "--rate", "1", "--num-requests", "0"], "--num-requests must be >= 1"),
+    (["--trace", "1", "--rate", "0"], "--rate must be > 0"),
+    (["--trace", "1", "--rate", "-3"], "--rate must be > 0"),
+    (["--trace", "1", "--rate", "1", "--num-requests", "0"], "--num-requests"),
     (["--rate", "1"], "exactly one of --trace N or --dataset N"),
     (["--trace", "1", "--dataset", "2", "--rate", "1"], "exactly one of"),
     (["--trace", "1", "--rate", "1", "--burstiness", "0"], "burstiness"),
@@ -77,7 +77,7 @@ def test_stats_json_is_within_tolerance(capsys):
 
 def test_stats_rejects_zero_requests(capsys):
     code, _, err = run(["workloads", "stats", "--num-requests", "0"], capsys)
-    assert code == 2 and err.startswith("error: --num-requests must be >= 1")
+    assert code == 2 and err.startswith("error: ") and "--num-requests" in err and err.count("\n") == 1
 
 
 def test_stats_table(capsys):

@@ -44,6 +44,8 @@ BAD_RECORDS = [
     {**GOOD, "extra": 1},
     {k: v for k, v in GOOD.items() if k != "source"},
     [1, 2],
+    {**GOOD, "prompt_len": 10**23},
+    {**GOOD, "output_len": 2**31},
 ]
 
 
@@ -57,6 +59,37 @@ def test_bad_record_is_one_line_error_and_agrees_with_schema(tmp_path, record):
     with pytest.raises(InputError) as info:
         load_jsonl(path)
     assert f"{path}:2:" in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("record, field", [
+    ({**GOOD, "prompt_len": 10.5}, "prompt_len must be an integer"),
+    ({**GOOD, "prompt_len": 1e23}, "prompt_len must be an integer"),
+    ({**GOOD, "prompt_len": 10.0}, "prompt_len must be an integer"),  # the schema's "integer" allows 10.0
+    ({**GOOD, "output_len": 10**23}, "output_len 1.000e23 is out of range"),
+    ({**GOOD, "output_len": "7"}, "output_len must be an integer"),
+    ({**GOOD, "req_id": -1}, "req_id must be"),
+    ({**GOOD, "source": 3}, "source must be a string"),
+    ({k: v for k, v in GOOD.items() if k != "arrival_s"}, "missing field(s) arrival_s"),
+])
+def test_bad_field_is_named(tmp_path, record, field):
+    path = tmp_path / "w.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(InputError) as info:
+        load_jsonl(path)
+    assert field in str(info.value) and "arrival_s must" not in str(info.value).replace(field, "")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "empty workload file"),
+    ("\n\n", "empty workload file"),
+    (json.dumps(GOOD) + "\n" + json.dumps({**GOOD, "prompt_len": 5}) + "\n", ":2: req_id 3 repeats line 1"),
+    ('{"req_id": ' + "9" * 5000 + "}\n", ":1: not valid JSON"),
+])
+def test_empty_file_and_repeated_ids_are_rejected(tmp_path, text, message):
+    path = tmp_path / "w.jsonl"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message):
+        load_jsonl(path)
 
 
 def test_fast_check_accepts_what_the_schema_accepts():
@@ -105,7 +138,7 @@ def test_request_rejects_impossible_values():
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.builds(Request, req_id=st.integers(0, 2**40), arrival_s=st.floats(0, 1e9, allow_nan=False),
                           prompt_len=st.integers(1, 10**7), output_len=st.integers(1, 10**6), source=st.text()),
-                max_size=20))
+                min_size=1, max_size=20, unique_by=lambda r: r.req_id))
 def test_round_trip_property(requests):
     with tempfile.TemporaryDirectory() as tmp:
         first, second = Path(tmp) / "a.jsonl", Path(tmp) / "b.jsonl"

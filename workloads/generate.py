@@ -1,6 +1,5 @@
 """generate(): requests of one trace (infinite-llm Table 1) or dataset (distkv-llm Table 2)."""
 import os
-from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -11,18 +10,11 @@ from workloads.arrivals import arrival_times_s
 from workloads.paper_tables import DATASETS, TRACES
 from workloads.request import Request
 from workloads.sources import leval, sharegpt
+from workloads.sources.options import SOURCES, SourceOptions
 from workloads.sources.real import RealLengths
 from workloads.tokens import make_token_counter
 
-SOURCES = ("auto", "fitted")  # auto: real data where it can be had (file, hub, package), else fitted
-
-
-@dataclass(frozen=True, slots=True)
-class SourceOptions:
-    source: str = "auto"
-    sharegpt_file: str | None = None  # local ShareGPT conversations for traces 0-2
-    leval_file: str | None = None  # local L-Eval records for trace 3
-    tokenizer_path: str | None = None  # a local tokenizer.json; else a chars-per-token estimate
+__all__ = ["SOURCES", "SourceOptions", "check_dataset_id", "check_trace_id", "generate", "real_source"]
 
 
 def generate(*, trace_id: int | None = None, dataset_id: int | None = None, num_requests: int,

@@ -2,6 +2,7 @@
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from reference_impl.engine import Engine, EngineConfig
@@ -101,3 +102,32 @@ def generate(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int, c
     engine.run(on_step=on_step)
     return GenerationResult([s.output_ids for s in seqs], [s.placement for s in seqs],
                             [s.logits for s in seqs], engine.num_steps, sum(s.num_preemptions for s in seqs))
+
+
+def to_device(model: LlamaModel, device) -> LlamaModel:
+    """The model with its weights and RoPE table on `device` (the same object when it is there already)."""
+    device = torch.device(device)
+    if model.w["model.embed_tokens.weight"].device == device:
+        return model
+    moved = LlamaModel(model.config, {k: w.to(device) for k, w in model.w.items()})
+    moved.inv_freq = model.inv_freq.to(device)
+    return moved
+
+
+def random_prompts(requests, vocab_size: int, seed: int) -> list[list[int]]:
+    """Token ids for each request's prompt_len, drawn from `seed` (the content does not change the work)."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, vocab_size, r.prompt_len).tolist() for r in requests]
+
+
+def serve(model: LlamaModel, requests, config: EngineConfig, *, seed: int = 0, device="cpu", clock: str = "wall",
+          time_limit_s: float = 600.0):
+    """Serve `requests` (workloads.Request) on a local engine against the clock ("wall", or "cpu": this process's
+    CPU time, see backends/clock.py); returns a SimResult (sim/metrics.py) like the simulator's. Prompts are
+    random token ids from `seed`."""
+    from reference_impl.backends.clock import make_clock, serve_on_clock
+
+    engine = Engine(config, LocalBackend(to_device(model, device), config, device=device))
+    prompts = random_prompts(requests, model.config.vocab_size, seed)
+    now, sleep = make_clock(clock)
+    return serve_on_clock(engine, requests, prompts, time_limit_s=time_limit_s, clock=now, sleep=sleep)

@@ -1,5 +1,13 @@
-"""The gManager actor, in a module of its own so that its process never imports torch."""
+"""The gManager actor, in a module of its own so that its process never imports torch.
+
+It takes heartbeats, answers creditor hints, and runs its rounds on its own timer: each round's
+`move_kvcache` goes to the request's home instance actor, a DGFM swap to the first instance of the group
+(swaps run before any step plan is made). A restart by Ray re-runs `__init__`: a new `boot_id`, an empty map;
+the instances notice the new boot id in their heartbeat replies and send their full state (failover).
+"""
 import os
+import threading
+import time
 
 import numpy as np
 import ray
@@ -7,22 +15,62 @@ import ray
 from reference_impl.gmanager import GManager
 
 
-@ray.remote(max_concurrency=1)
+@ray.remote(max_concurrency=4)
 class GManagerActor:
-    """The gManager; `boot_id` changes when Ray restarts the actor, which tells the driver to fail over."""
-
-    def __init__(self, config, perf_model):
+    def __init__(self, config, perf_model, instances: dict, interval_s: float, use_dgfm: bool, seed: int):
+        """instances: inst_id -> instance actor handle; interval_s: seconds between rounds (0: on request only)."""
         self.boot_id = os.urandom(8).hex()
         self.gm = GManager(config, perf_model)
+        self.instances = dict(instances)
+        self.use_dgfm = use_dgfm
+        self.rng = np.random.default_rng(seed)
+        self.lock = threading.Lock()
+        self.num_rounds = 0
+        if interval_s > 0:
+            threading.Thread(target=self._timer, args=(interval_s,), daemon=True).start()
 
-    def call(self, name: str, *args):
-        if name == "plan_dgfm":
-            rng = np.random.default_rng()
-            rng.bit_generator.state = args[0]
-            return self.boot_id, (self.gm.plan_dgfm(rng), rng.bit_generator.state)
-        if name == "reset":
+    def _timer(self, interval_s: float) -> None:
+        while True:
+            time.sleep(interval_s)
+            self.run_round()
+
+    def heartbeat(self, hb) -> str:
+        with self.lock:
+            if hb.inst_id in self.instances:
+                self.gm.heartbeat(hb)
+        return self.boot_id
+
+    def recommend_creditors(self, debtor_inst: int, num_blocks: int) -> list[int]:
+        with self.lock:
+            return self.gm.recommend_creditors(debtor_inst, num_blocks)
+
+    def run_round(self) -> list:
+        """One round on the current map; returns the `move_kvcache` messages sent."""
+        with self.lock:
+            homes = self.gm.homes()
+            moves = [m for m in self.gm.run_round() if homes.get(m.req_id) in self.instances]
+            swap = self.gm.plan_dgfm(self.rng) if self.use_dgfm else None
+            self.num_rounds += 1
+        for m in moves:
+            self.instances[homes[m.req_id]].move_kvcache.remote(m)
+        if swap is not None:
+            self.instances[min(self.instances)].swap.remote(swap)
+        return moves
+
+    def swap_done(self, swap) -> None:
+        with self.lock:
+            self.gm.swap_done(swap)
+
+    def drop_instances(self, dead: list[int]) -> None:
+        """Forget dead instances: an empty map, rebuilt from the survivors' full heartbeats."""
+        with self.lock:
+            for d in dead:
+                self.instances.pop(d, None)
             self.gm = GManager(self.gm.config, self.gm.perf_model)
-            return self.boot_id, None
-        if name not in ("heartbeat", "homes", "run_round", "swap_done", "recommend_creditors", "placement_map"):
-            raise ValueError(f"unknown gManager call {name!r}")
-        return self.boot_id, getattr(self.gm, name)(*args)
+
+    def placement_map(self) -> dict:
+        with self.lock:
+            return self.gm.placement_map()
+
+    def get_boot_id(self) -> str:
+        return self.boot_id

@@ -1,6 +1,7 @@
 """Serving a workload on the Ray backend in real time: each request joins the engine at its arrival time, the
-engine steps while there is work, and the records are the simulator's (`sim/metrics.py`: per-request arrival,
-first token, finish; tokens per step), so a serving experiment summarises a Ray run and a simulated run alike.
+instances run their own loops, the driver collects tokens as they come, and the records are the simulator's
+(`sim/metrics.py`: per-request arrival, first token, finish; tokens per collection), so a serving experiment
+summarises a Ray run and a simulated run alike.
 
 Systems are policies of the same engine: Infinite-LLM pools KV across instances; vLLM-M keeps it on its
 instance (preempt and recompute, reject what no instance holds); vLLM-S is one instance with every block.
@@ -55,7 +56,10 @@ def serve(model: LlamaModel, requests, config: EngineConfig, ray_config: RayConf
     return result
 
 
-def run_clock(engine: RayEngine, requests, prompts, records, order, time_limit_s: float) -> SimResult:
+def run_clock(engine: RayEngine, requests, prompts, records, order, time_limit_s: float,
+              poll_s: float = 0.005) -> SimResult:
+    """Dispatch each request at its arrival time and collect tokens every `poll_s` while the instances run; a
+    collection that brought tokens is one record of `step_end_s` / `step_tokens` (instance -1: all of them)."""
     result = SimResult(records)
     live: dict[int, tuple[Sequence, RequestMetrics]] = {}
     t0 = time.perf_counter()
@@ -71,26 +75,24 @@ def run_clock(engine: RayEngine, requests, prompts, records, order, time_limit_s
                 live[seq.req_id] = (seq, records[i])
             except InputError:
                 records[i].status = REJECTED
-        if now > time_limit_s:
+        if now > time_limit_s or (not engine.has_work and next_i == len(order)):
             break
-        if not engine.has_work:
-            if next_i == len(order):
-                break
-            time.sleep(max(0.0, requests[order[next_i]].arrival_s - now))
-            continue
-        before = {req_id: len(seq.output_ids) for req_id, (seq, _) in live.items()}
-        finished = engine.step()
+        before = sum(len(seq.output_ids) for seq, _ in live.values())
+        finished = engine.poll()
         end_s = time.perf_counter() - t0
+        num_tokens = sum(len(seq.output_ids) for seq, _ in live.values()) - before
         for req_id, (seq, record) in live.items():
             if seq.output_ids and record.first_token_s is None:
                 record.first_token_s = end_s
         for seq in finished:
             seq_record = live.pop(seq.req_id)[1]
             seq_record.status, seq_record.finish_s = FINISHED, end_s
-        result.step_end_s.append(end_s)
-        result.step_tokens.append(sum(len(seq.output_ids) - n for req_id, n in before.items()
-                                      for seq in [engine.mirror[req_id]]))
-        result.step_inst.append(-1)  # one engine step covers every instance
+        if num_tokens:
+            result.step_end_s.append(end_s)
+            result.step_tokens.append(num_tokens)
+            result.step_inst.append(-1)
+        idle_s = requests[order[next_i]].arrival_s - end_s if next_i < len(order) else poll_s
+        time.sleep(poll_s if engine.has_work else max(0.0, idle_s))
     for record in records:
         seq = engine.mirror.get(record.req_id)
         if seq is not None:

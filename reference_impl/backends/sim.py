@@ -11,34 +11,38 @@
     result.summary()       # output_tok_s, mean/p99 latency, counts finished/rejected/unfinished
     result.throughput_over_time(bin_s=1.0, inst_ids=None)   # (bin start [n], tokens/s [n])
 
-Events: arrivals (dispatch to the most free memory: Engine.add_request), instance steps (Instance.step: one
-KV-move chunk, schedule, execute, postprocess), and periodic gManager rounds (heartbeats, recalls,
-Algorithm 1, DGFM: Engine.gmanager_round). Each instance steps on its own clock: a step's duration is
-`step_time_s` of the calibrated model for what the step does; the instance's state changes when the step
-starts and its tokens count when it ends. Model of time:
+Events (sim/events.py, one class per kind whose handler returns the events it causes): Arrival (capacity
+check: Engine.check_fits; dispatch to the most free memory: Engine.add_request), Step (Instance.step: one
+KV-move chunk, schedule, execute, postprocess; then a blocked waiting request may go to an instance that can
+admit it, and idle instances take waiting work that fits: Engine.redispatch, Engine.fill_idle), and
+GManagerRound (heartbeats, recalls, Algorithm 1, DGFM). Each instance steps on its own clock: a step's
+duration is `step_time_s` of the calibrated model for what the step does; the instance's state changes when
+the step starts and its tokens count when it ends. Model of time:
 - decode: batch = the step's requests; KV read = every block physically on this instance (own requests'
   and the remote requests it hosts: Eq. 6's creditor term); remote queries = (request, creditor) pairs.
 - prefill: prompt tokens (non-attention) plus causal attention pairs, split by where the request's blocks
-  are (the engine's split causal prefill); a creditor's share is added to its next step.
+  are (the engine's split causal prefill); a creditor's share is added to its next step. With chunked
+  prefill a step carries both: the decode batch and prompt chunks (pairs against the prompt's prefix).
 - KV moves and DGFM swaps: transfer time on the link, overlapped with the source's next step (max of both).
 Same config and requests, same result, bit for bit: ties break by event order; no wall clock is read.
+`SimResult.idle_waiting_frac`: the share of instance-time with no step running while some waiting request's
+KV fit the cluster's free rBlocks.
 """
-import heapq
-import itertools
-
 from reference_impl.engine import Engine, EngineConfig
 from reference_impl.gmanager import GManagerConfig
 from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.sequence import Sequence, num_blocks_for
 from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
-from reference_impl.sim.metrics import FINISHED, REJECTED, RequestMetrics, SimResult
+from reference_impl.sim.events import Arrival, GManagerRound, PromptIds, Step, run_events
+from reference_impl.sim.metrics import FINISHED, RequestMetrics, SimResult
 
-ARRIVAL, STEP, ROUND = 0, 1, 2
-MAX_IDLE_ROUNDS = 50  # rounds with waiting requests but no instance able to run: the rest is stuck
+_PromptIds = PromptIds  # earlier name, used by experiments
 
 
 class SimBackend:
     """The engine's Backend: execute() returns dummy tokens and computes how long the step takes."""
+
+    supports_chunked_prefill = True
 
     def __init__(self, config: SimConfig, metrics: dict[int, RequestMetrics], result: SimResult, *,
                  prefill_elsewhere: bool = False):
@@ -59,77 +63,81 @@ class SimBackend:
 
     def execute(self, instance, seqs: list[Sequence], is_prefill: bool) -> list[int]:
         rm, bs, model = instance.rm, self.config.block_size, self.model
-        remote_queries = 0
-        if is_prefill and self.prefill_elsewhere:
-            compute_s = 0.0  # the prompt's KV arrives ready from a separate prefill pool (not modelled)
-        elif is_prefill:
-            prompt_tokens, local_pairs, remote_s = 0, 0.0, 0.0
-            for seq in seqs:
-                n = seq.num_tokens
-                prompt_tokens += n
-                pairs = causal_prefill_pairs(n)
-                total = len(rm.tables[seq.req_id])
-                here = rm.hosted.get(seq.req_id, 0)
-                local_pairs += pairs * here / total
-                if here < total:
-                    for inst_id, peer in rm.peers.items():
-                        share = peer.hosted.get(seq.req_id, 0) if inst_id != rm.inst_id else 0
-                        if share:
-                            remote_queries += 1
-                            t = model.num_layers * pairs * share / total * model.prefill_attn_s_per_pair
-                            self.extra_s[inst_id] = self.extra_s.get(inst_id, 0.0) + t
-                            remote_s = max(remote_s, t)
-            load = InstanceLoad(batch_size=0, attn_kv_tokens=0, num_remote_queries=remote_queries,
-                                prefill_tokens=prompt_tokens, prefill_attn_pairs=int(local_pairs))
-            compute_s = step_time_s(model, load)
-            local_attn_s = model.num_layers * local_pairs * model.prefill_attn_s_per_pair
-            compute_s += max(0.0, remote_s - local_attn_s)  # waits for the slowest creditor's share
-        else:
-            remote_tokens: dict[int, int] = {}  # creditor -> KV tokens of this batch it reads for us
-            local_tokens = 0
-            for seq in seqs:
-                here = rm.hosted.get(seq.req_id, 0)
-                local_tokens += here * bs
-                if here < len(rm.tables[seq.req_id]):
-                    creditors = 0
-                    for inst_id, peer in rm.peers.items():
-                        share = peer.hosted.get(seq.req_id, 0) if inst_id != rm.inst_id else 0
-                        if share:
-                            creditors += 1
-                            remote_tokens[inst_id] = remote_tokens.get(inst_id, 0) + share * bs
-                    remote_queries += creditors
-                    m = self.metrics[seq.req_id]
-                    m.max_creditors = max(m.max_creditors, creditors)
-            load = InstanceLoad(batch_size=len(seqs), attn_kv_tokens=rm.pool.num_used * bs,
-                                num_remote_queries=remote_queries)
-            compute_s = step_time_s(model, load)
-            if remote_tokens:  # MicroAttention runs on the creditors in parallel; wait for the slowest
-                slowest = max(remote_tokens.values())
-                compute_s += model.num_layers * model.kv_read_s_per_token * max(0, slowest - local_tokens)
+        if is_prefill:  # whole prompts
+            chunks, decodes = [(seq, 0, seq.num_tokens) for seq in seqs], []
+        else:  # decode steps, and prompt chunks when prefill is chunked
+            chunks = [(s, s.num_tokens - s.prefill_left - s.chunk_tokens, s.chunk_tokens)
+                      for s in seqs if s.chunk_tokens]
+            decodes = [s for s in seqs if not s.chunk_tokens]
+        if self.prefill_elsewhere:  # the prompt's KV arrives ready from a separate prefill pool (not modelled)
+            chunks = []
+        prefill_tokens, local_pairs, remote_s, remote_queries = self._prefill_share(rm, chunks)
+        decode_queries, remote_wait_s = self._decode_share(rm, decodes)
+        remote_queries += decode_queries
+        load = InstanceLoad(batch_size=len(decodes), attn_kv_tokens=rm.pool.num_used * bs if decodes else 0,
+                            num_remote_queries=remote_queries, prefill_tokens=prefill_tokens,
+                            prefill_attn_pairs=int(local_pairs))
+        compute_s = step_time_s(model, load) if prefill_tokens or decodes else 0.0
+        local_attn_s = model.num_layers * local_pairs * model.prefill_attn_s_per_pair
+        compute_s += max(0.0, remote_s - local_attn_s, remote_wait_s)  # waits for the slowest creditor
         compute_s += self.extra_s.pop(rm.inst_id, 0.0)
         move_s = model.kv_transfer_s(self.move_tokens.pop(rm.inst_id, 0))
         self.duration_s = max(compute_s, move_s)
         end_s = self.now_s + self.duration_s
+        num_tokens = 0
         for seq in seqs:
+            if seq.prefill_left:
+                continue  # a prompt chunk that does not end the prompt yields no token
+            num_tokens += 1
             if not seq.output_ids and self.metrics[seq.req_id].first_token_s is None:
                 self.metrics[seq.req_id].first_token_s = end_s
         self.result.step_end_s.append(end_s)
-        self.result.step_tokens.append(len(seqs))
+        self.result.step_tokens.append(num_tokens)
         self.result.step_inst.append(rm.inst_id)
         self.result.num_steps += 1
         return [0] * len(seqs)
 
+    def _prefill_share(self, rm, chunks) -> tuple[int, float, float, int]:
+        """Prompt tokens, local causal attention pairs, the slowest creditor's share (s) and remote queries of
+        prompt chunks (seq, first token, tokens); each creditor's share is added to its next step."""
+        model = self.model
+        prompt_tokens, local_pairs, remote_s, remote_queries = 0, 0.0, 0.0, 0
+        for seq, start, n in chunks:
+            prompt_tokens += n
+            pairs = causal_prefill_pairs(n, start)
+            total = len(rm.tables[seq.req_id])
+            holders = rm.holders(seq.req_id)
+            local_pairs += pairs * holders.get(rm.inst_id, 0) / total
+            for inst_id, share in holders.items():
+                if inst_id != rm.inst_id:
+                    remote_queries += 1
+                    t = model.num_layers * pairs * share / total * model.prefill_attn_s_per_pair
+                    self.extra_s[inst_id] = self.extra_s.get(inst_id, 0.0) + t
+                    remote_s = max(remote_s, t)
+        return prompt_tokens, local_pairs, remote_s, remote_queries
 
-class _PromptIds:
-    """Stands in for a prompt's token list: only its length matters to the scheduler (O(1) memory)."""
-
-    __slots__ = ("n",)
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
+    def _decode_share(self, rm, seqs) -> tuple[int, float]:
+        """Remote queries of a decode batch, and how long the slowest creditor's MicroAttention outlasts the
+        local one (creditors run in parallel)."""
+        bs = self.config.block_size
+        remote_tokens: dict[int, int] = {}  # creditor -> KV tokens of this batch it reads for us
+        local_tokens, remote_queries = 0, 0
+        for seq in seqs:
+            holders = rm.holders(seq.req_id)
+            local_tokens += holders.get(rm.inst_id, 0) * bs
+            if len(holders) > 1 or rm.inst_id not in holders:
+                creditors = 0
+                for inst_id, share in holders.items():
+                    if inst_id != rm.inst_id:
+                        creditors += 1
+                        remote_tokens[inst_id] = remote_tokens.get(inst_id, 0) + share * bs
+                remote_queries += creditors
+                m = self.metrics[seq.req_id]
+                m.max_creditors = max(m.max_creditors, creditors)
+        if not remote_tokens:
+            return remote_queries, 0.0
+        slowest = max(remote_tokens.values())
+        return remote_queries, self.model.num_layers * self.model.kv_read_s_per_token * max(0, slowest - local_tokens)
 
 
 def build_engine(config: SimConfig, backend: SimBackend) -> Engine:
@@ -137,12 +145,67 @@ def build_engine(config: SimConfig, backend: SimBackend) -> Engine:
         num_instances=config.num_instances, blocks_per_instance=blocks_per_instance(config),
         block_size=config.block_size, max_batch_size=config.max_batch_size, pooling=config.pooling,
         max_lent_blocks=config.max_lent_blocks, move_chunk_tokens=config.move_chunk_tokens,
-        gmanager_interval_steps=0, dgfm=config.dgfm, seed=config.seed)
+        chunked_prefill_tokens=config.chunked_prefill_tokens,
+        gmanager_interval_steps=0, dgfm=config.dgfm, exclusive_roles=config.exclusive_roles, seed=config.seed)
     gm_config = GManagerConfig(block_size=config.block_size,
                                instances_per_node=max(1, 8 // (config.tp * config.pp)),
                                max_k_evals=config.max_k_evals, exclusive_roles=config.exclusive_roles,
                                num_candidates=config.num_candidates or config.num_instances)
     return Engine(engine_config, backend, gmanager_config=gm_config, perf_model=perf_model(config))
+
+
+class SimState:
+    """What the events act on: the engine, the per-request records, which instances have a step in flight,
+    and the idle-while-work-waits clock."""
+
+    def __init__(self, config: SimConfig, requests, on_round=None, prefill_elsewhere: bool = False):
+        self.config = config
+        self.metrics = {r.req_id: RequestMetrics(r.req_id, r.arrival_s, r.prompt_len, r.output_len) for r in requests}
+        self.result = SimResult(list(self.metrics.values()))
+        self.backend = SimBackend(config, self.metrics, self.result, prefill_elsewhere=prefill_elsewhere)
+        self.engine = build_engine(config, self.backend)
+        self.on_round = on_round
+        self.seqs: dict[int, Sequence] = {}
+        self.busy = [False] * config.num_instances  # a step event is queued
+        self.computing = [False] * config.num_instances  # ... and it runs work (not only a KV transfer)
+        self.pending = self.arrivals_left = len(requests)
+        self.idle_rounds = 0
+        self.start_s: float | None = None
+        self.last_s = 0.0
+        self.num_idle_waiting = 0  # instances running no step while a waiting request fits the free rBlocks
+        self.idle_waiting_inst_s = 0.0
+
+    def wake(self, inst_id: int, time_s: float) -> list[Step]:
+        if self.busy[inst_id] or not self.engine.instances[inst_id].has_work:
+            return []
+        self.busy[inst_id] = True
+        return [Step(time_s, inst_id)]
+
+    def wake_all(self, time_s: float) -> list[Step]:
+        return [e for i in range(self.config.num_instances) for e in self.wake(i, time_s)]
+
+    def advance_to(self, time_s: float) -> None:
+        if self.start_s is None:
+            self.start_s = time_s
+        self.idle_waiting_inst_s += self.num_idle_waiting * (time_s - self.last_s)
+        self.last_s = self.backend.now_s = time_s
+        self.result.end_s = max(self.result.end_s, time_s)
+
+    def after_event(self, time_s: float) -> None:
+        num_idle = self.computing.count(False)
+        self.num_idle_waiting = num_idle if num_idle and self.waiting_fits() else 0
+
+    def waiting_fits(self) -> bool:
+        """Some waiting request's KV (its tokens so far) fits the cluster's free rBlocks."""
+        instances = self.engine.instances
+        need = min((s.num_tokens for i in instances for s in i.scheduler.waiting), default=None)
+        if need is None:
+            return False
+        return num_blocks_for(need, self.config.block_size) <= sum(i.rm.num_free for i in instances)
+
+    def idle_waiting_frac(self) -> float:
+        span_s = self.last_s - (self.start_s or 0.0)
+        return self.idle_waiting_inst_s / (span_s * self.config.num_instances) if span_s > 0 else 0.0
 
 
 def simulate(config: SimConfig, requests, *, max_sim_s: float = float("inf"), on_event=None, on_round=None,
@@ -153,76 +216,16 @@ def simulate(config: SimConfig, requests, *, max_sim_s: float = float("inf"), on
     computed by a separate prefill pool, so prefill steps take no time here (their KV is still allocated,
     spilled and placed by the engine as usual): for studying decode-phase memory behaviour at lengths whose
     prefill alone would take minutes."""
-    metrics = {r.req_id: RequestMetrics(r.req_id, r.arrival_s, r.prompt_len, r.output_len) for r in requests}
-    result = SimResult(list(metrics.values()))
-    backend = SimBackend(config, metrics, result, prefill_elsewhere=prefill_elsewhere)
-    engine = build_engine(config, backend)
-    capacity = engine.config.blocks_per_instance * (config.num_instances if config.pooling else 1)
-    busy = [False] * config.num_instances
-    seqs: dict[int, Sequence] = {}
-    queue: list = []
-    order = itertools.count()
-    for r in sorted(requests, key=lambda r: (r.arrival_s, r.req_id)):
-        heapq.heappush(queue, (r.arrival_s, next(order), ARRIVAL, r))
+    sim = SimState(config, requests, on_round, prefill_elsewhere)
+    if on_event is not None:
+        after = sim.after_event
+        sim.after_event = lambda time_s: (after(time_s), on_event(time_s))
+    events = [Arrival(r.arrival_s, r) for r in sorted(requests, key=lambda r: (r.arrival_s, r.req_id))]
     if config.pooling:
-        heapq.heappush(queue, (0.0, next(order), ROUND, None))
-    pending = len(requests)
-    arrivals_left = len(requests)
-    idle_rounds = 0
-    computing = [False] * config.num_instances  # a step with work is in flight
-
-    def wake(inst_id: int, at_s: float) -> None:
-        if not busy[inst_id] and engine.instances[inst_id].has_work:
-            busy[inst_id] = True
-            heapq.heappush(queue, (at_s, next(order), STEP, inst_id))
-
-    while queue and pending:
-        now_s, _, kind, item = heapq.heappop(queue)
-        if now_s > max_sim_s:
-            break
-        backend.now_s = now_s
-        if kind == ARRIVAL:
-            arrivals_left -= 1
-            m = metrics[item.req_id]
-            if num_blocks_for(item.prompt_len + item.output_len, config.block_size) > capacity:
-                m.status = REJECTED
-                pending -= 1
-                continue
-            seq = Sequence(item.req_id, _PromptIds(item.prompt_len), item.output_len)
-            seqs[item.req_id] = seq
-            m.inst_id = engine.add_request(seq)
-            wake(m.inst_id, now_s)
-        elif kind == STEP:
-            inst = engine.instances[item]
-            backend.duration_s = None
-            for seq in inst.step(backend):
-                m = metrics[seq.req_id]
-                m.status, m.finish_s, m.num_preemptions = FINISHED, now_s + backend.duration_s, seq.num_preemptions
-                pending -= 1
-            busy[item] = computing[item] = False
-            if backend.duration_s is not None:
-                computing[item] = True
-                busy[item] = True
-                heapq.heappush(queue, (now_s + backend.duration_s, next(order), STEP, item))
-            elif backend.move_tokens.get(item):
-                busy[item] = True
-                heapq.heappush(queue, (now_s + backend.model.kv_transfer_s(backend.move_tokens.pop(item)),
-                                       next(order), STEP, item))
-        else:
-            engine.heartbeats()
-            engine.gmanager_round()
-            result.num_gmanager_rounds += 1
-            if on_round is not None:
-                on_round(now_s, engine)
-            for i in range(config.num_instances):
-                wake(i, now_s)
-            idle_rounds = 0 if any(computing) or arrivals_left else idle_rounds + 1
-            if idle_rounds < MAX_IDLE_ROUNDS:
-                heapq.heappush(queue, (now_s + config.gmanager_interval_s, next(order), ROUND, None))
-        result.end_s = max(result.end_s, now_s)
-        if on_event is not None:
-            on_event(now_s)
-    for m in metrics.values():
-        if m.status != FINISHED and m.req_id in seqs:
-            m.num_preemptions = seqs[m.req_id].num_preemptions
-    return result
+        events.append(GManagerRound(0.0))
+    run_events(sim, events, max_sim_s)
+    for m in sim.metrics.values():
+        if m.status != FINISHED and m.req_id in sim.seqs:
+            m.num_preemptions = sim.seqs[m.req_id].num_preemptions
+    sim.result.idle_waiting_frac = sim.idle_waiting_frac()
+    return sim.result

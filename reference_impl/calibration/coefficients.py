@@ -6,7 +6,7 @@ from pathlib import Path
 
 import jsonschema
 
-from reference_impl.atomic import write_text_atomic
+from reference_impl.atomic import check_writable_file, write_text_atomic
 from reference_impl.errors import InputError
 
 DATA_DIR = Path(__file__).with_name("data")
@@ -23,12 +23,7 @@ def dumps(doc: dict) -> str:
 
 
 def check_out_path(path) -> Path:
-    path = Path(path)
-    if path.is_dir():
-        raise InputError(f"--out {path} is a folder; give a file name")
-    if not path.parent.is_dir():
-        raise InputError(f"folder {path.parent} does not exist")
-    return path
+    return check_writable_file(path, "--out", make_dirs=False)
 
 
 def write_atomic(path, text: str) -> None:

@@ -106,12 +106,23 @@ def _measured_attention(root: Path, profile: str, hbm_bytes_per_s: float, files:
     rel = path.relative_to(root).as_posix()
     files[rel] = _sha256(path)
     kv_rate = float(np.median(kv_rates))
-    return {"kv_read_bytes_per_s": round_sig(kv_rate),
-            "prefill_attn_flops_per_s": round_sig(float(np.median(prefill_rates))),
-            "hbm_fraction": round_sig(kv_rate / hbm_bytes_per_s), "source": rel,
-            "derivation": "median over models and TP of KV bytes per token / TP / DistServe small-batch "
-                          "decode slope; prefill: causal attention FLOPs / TP / DistServe prefill quadratic term",
-            "samples": samples}
+    distserve_prefill = round_sig(float(np.median(prefill_rates))) if prefill_rates else None
+    doc = {"kv_read_bytes_per_s": round_sig(kv_rate), "hbm_fraction": round_sig(kv_rate / hbm_bytes_per_s),
+           "source": rel, "samples": samples,
+           "derivation": "median over models and TP of KV bytes per token / TP / DistServe small-batch decode slope; "
+                         "prefill: causal attention FLOPs / TP / DistServe prefill quadratic term"}
+    if distserve_prefill:
+        doc["prefill_attn_flops_per_s"] = doc["distserve_prefill_attn_flops_per_s"] = distserve_prefill
+    return doc
+
+
+def _published_prefill(attention: dict, gpu: dict) -> dict:
+    """Prefill attention from the GPU's published/measured rate in specs.json where there is one (a better
+    determined number than a quadratic fit term); the fitted value stays beside it for sensitivity runs."""
+    if "prefill_attn_tflops" not in gpu:
+        return attention
+    return {**attention, "prefill_attn_flops_per_s": gpu["prefill_attn_tflops"] * 1e12,
+            "prefill_attn_source": gpu["prefill_attn_source"]}
 
 
 def _derived_attention(reference: dict, reference_gpu: str, gpu: dict) -> dict:
@@ -148,6 +159,7 @@ def calibrate(profiles_dir) -> dict:
             hardware[name]["attention"] = _measured_attention(
                 root, gpu["distserve_profile"], gpu["hbm_gb_s"] * 1e9, files)
             measured_attention = measured_attention or (name, hardware[name]["attention"])
+            hardware[name]["attention"] = _published_prefill(hardware[name]["attention"], gpu)
     if not hardware:
         raise InputError(f"no Vidur compute profiles under {root / 'vidur' / 'compute'} "
                          f"(expected a folder per GPU: {', '.join(gpu_entry(g)['vidur_sku'] for g in gpu_names())})")
@@ -155,7 +167,8 @@ def calibrate(profiles_dir) -> dict:
         if "attention" not in entry:
             if measured_attention is None:
                 raise InputError(f"no DistServe decode profile under {root / 'distserve'} to derive attention from")
-            entry["attention"] = _derived_attention(measured_attention[1], measured_attention[0], gpu_entry(name))
+            entry["attention"] = _published_prefill(
+                _derived_attention(measured_attention[1], measured_attention[0], gpu_entry(name)), gpu_entry(name))
     sources = {name: readers.read_source_note(root / name / "SOURCE.txt") for name in ("vidur", "distserve")}
     return {"format": FORMAT, "generated_by": "repro calibrate", "hardware": hardware,
             "files_sha256": dict(sorted(files.items())), "sources": sources,

@@ -6,12 +6,15 @@
                + prefill pairs    causal prefill attention FLOPs / achieved prefill attention FLOP rate
                + remote MA        queries out and (out, lse) back on the link between the instances
                + PP send/recv     (pp - 1) activation transfers per step, spread over the layers
+               + step overhead    what the engine spends per step beyond these terms (scheduling, LM head,
+                                  sampling, Python), spread over the layers, where `repro profile` measured it
 """
 from dataclasses import dataclass
 
 from reference_impl.calibration import coefficients
 from reference_impl.calibration.curve import Curve
 from reference_impl.calibration.memory import MemoryModel
+from reference_impl.calibration.overhead import StepOverhead
 from reference_impl.calibration.specs import model_spec, reserve_fraction
 from reference_impl.errors import InputError
 from reference_impl.perf_model import InstanceLoad
@@ -80,6 +83,7 @@ class CalibratedPerfModel:
     prefill_attn_s_per_pair: float
     query_bytes: float
     result_bytes: float
+    step_overhead: StepOverhead | None = None  # measured by `repro profile` on the machine at hand only
 
     @classmethod
     def for_setting(cls, *, model: str, gpu: str, tp: int = 1, pp: int = 1, link=None,
@@ -116,6 +120,7 @@ class CalibratedPerfModel:
         attention = hw["attention"]
         prefill_rate = attention.get("prefill_attn_flops_per_s")
         kv_per_layer = 2 * spec.kv_heads_per_gpu(tp) * spec.head_dim * dtype
+        overhead = hw.get("step_overhead_s", {}).get(model)
         query = spec.hidden // tp * dtype
         return cls(
             num_layers=spec.num_layers, model=model, gpu=gpu, tp=tp, pp=pp, memory=memory,
@@ -124,7 +129,8 @@ class CalibratedPerfModel:
             activation_bytes_per_token=spec.hidden * dtype,
             kv_read_s_per_token=kv_per_layer / attention["kv_read_bytes_per_s"],
             prefill_attn_s_per_pair=(4 * spec.hidden / tp / prefill_rate) if prefill_rate else 0.0,
-            query_bytes=query, result_bytes=query + spec.num_heads // tp * LSE_BYTES)
+            query_bytes=query, result_bytes=query + spec.num_heads // tp * LSE_BYTES,
+            step_overhead=StepOverhead.from_json(overhead) if overhead else None)
 
     def layer_time_s(self, load: InstanceLoad) -> float:
         tokens = load.batch_size + load.prefill_tokens
@@ -141,6 +147,8 @@ class CalibratedPerfModel:
         n = load.num_remote_queries
         if n:
             t += self.link.time_s(n * self.query_bytes) + self.link.time_s(n * self.result_bytes)
+        if self.step_overhead is not None:
+            t += self.step_overhead.step_s(load) / self.num_layers
         return t
 
     def kv_transfer_s(self, num_tokens: int) -> float:

@@ -2,19 +2,24 @@
 
 Non-attention: one LLaMA decoder layer's non-attention ops (norms, QKV, RoPE, O, gated MLP, residual)
 built in torch for the chosen model. Attention: KV bytes read per second by the project's own
-micro_attention (slope of time vs KV bytes over several context lengths). Prefill attention: causal
-scaled_dot_product_attention FLOPs per second. memcpy: tensor copies, used as the "intra-node" link
-(instances sharing this machine). There is one device here, so no all-reduce or inter-node link.
+micro_attention (slope of time vs KV bytes over several context lengths; the intercept is the fixed cost of
+a call). Prefill attention: FLOPs per second of the engine's own causal prefill attention (kv_layer). memcpy:
+tensor copies, used as the "intra-node" link (instances sharing this machine). There is one device here, so no
+all-reduce or inter-node link. Step overhead: the real engine's step outside its decoder layers
+(profile_overhead.py).
 """
 import os
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from reference_impl.calibration.curve import fit_curve, round_sig
 from reference_impl.calibration.fit import FORMAT, NON_ATTENTION_MAX_REL_ERR, curve_entry
+from reference_impl.calibration.profile_overhead import measure_overhead
 from reference_impl.calibration.specs import ModelSpec
 
 GPU_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
@@ -27,37 +32,55 @@ class ProfilePlan:
     copy_bytes: tuple[int, ...]
     prefill_tokens: int
     repeats: int
+    overhead_batches: tuple[int, ...]
+    overhead_prefill_seqs: tuple[int, ...]
+    overhead_prompt_len: int = 64
+    overhead_context_tokens: int = 128
     num_seqs: int = 4
     block_size: int = 16
+    clock: str = "wall"  # "cpu": this process's CPU time, on a CPU shared with other work (never on a GPU)
 
     @classmethod
     def make(cls, quick: bool, on_gpu: bool = False) -> "ProfilePlan":
         if on_gpu and not quick:
             # A GPU reads a few MB of KV in less time than a kernel launch costs: the slope needs GBs.
             return cls(tokens=GPU_TOKENS, kv_lens=(16384, 32768, 65536, 131072),
-                       copy_bytes=tuple(1 << k for k in range(16, 31, 2)), prefill_tokens=4096, repeats=7)
+                       copy_bytes=tuple(1 << k for k in range(16, 31, 2)), prefill_tokens=4096, repeats=7,
+                       overhead_batches=(1, 4, 16, 64, 256), overhead_prefill_seqs=(1, 4, 16),
+                       overhead_prompt_len=512, overhead_context_tokens=1024)
         if quick:
             return cls(tokens=(1, 4, 16, 64), kv_lens=(256, 1024), copy_bytes=(1 << 12, 1 << 16, 1 << 20),
-                       prefill_tokens=128, repeats=3)
+                       prefill_tokens=128, repeats=3, overhead_batches=(1, 4, 16), overhead_prefill_seqs=(1, 4),
+                       overhead_prompt_len=16, overhead_context_tokens=32)
         return cls(tokens=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024),
                    kv_lens=(1024, 2048, 4096, 8192), copy_bytes=tuple(1 << k for k in range(12, 27, 2)),
-                   prefill_tokens=1024, repeats=7)
+                   prefill_tokens=1024, repeats=7, overhead_batches=(1, 2, 4, 8, 16, 32, 64),
+                   overhead_prefill_seqs=(1, 2, 4, 8, 16))
 
 
 MIN_SAMPLE_S = 2e-3  # calls are batched into samples of at least this long, above timer and scheduler noise
 
 
-def _timed_median_s(fn, device: torch.device, repeats: int) -> float:
+def timer(clock: str, device: torch.device):
+    """The function that reads the clock: time.perf_counter, or time.process_time for "cpu" on a CPU device."""
+    if clock == "cpu" and device.type == "cpu":
+        return time.process_time
+    return time.perf_counter
+
+
+def _timed_median_s(fn, device: torch.device, repeats: int, clock: str = "wall") -> float:
     """Median seconds per call of `fn` over `repeats` samples."""
+    now = timer(clock, device)
+
     def sample_s(calls: int) -> float:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        start = time.perf_counter()
+        start = now()
         for _ in range(calls):
             fn()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        return (time.perf_counter() - start) / calls
+        return (now() - start) / calls
 
     calls = max(1, min(1000, int(MIN_SAMPLE_S / max(sample_s(1), 1e-7))))  # the first call also warms up
     return float(np.median([sample_s(calls) for _ in range(repeats)]))
@@ -95,7 +118,8 @@ def _layer_fn(spec: ModelSpec, tokens: int, device, dtype, gen):
     return run
 
 
-def _kv_read_rate(spec: ModelSpec, plan: ProfilePlan, device, dtype, gen) -> float:
+def _kv_read(spec: ModelSpec, plan: ProfilePlan, device, dtype, gen) -> tuple[float, float]:
+    """(KV bytes read per second, seconds per call beyond the read) of micro_attention over the plan's lengths."""
     from reference_impl.kernels import micro_attention
 
     # The kernel a deployment runs: Triton on a GPU; on CPU the torch path (the interpreter is no measure).
@@ -112,10 +136,12 @@ def _kv_read_rate(spec: ModelSpec, plan: ProfilePlan, device, dtype, gen) -> flo
         lens = torch.full((plan.num_seqs,), kv_len, dtype=torch.int32, device=device)
         run = lambda: micro_attention(q, k, v, table, lens, backend=backend, check_ranges=False)  # noqa: E731
         kv_bytes = 2 * plan.num_seqs * kv_len * spec.num_kv_heads * spec.head_dim * k.element_size()
-        rows.append((kv_bytes, _timed_median_s(run, device, plan.repeats)))
+        rows.append((kv_bytes, _timed_median_s(run, device, plan.repeats, plan.clock)))
     kv_bytes, times = np.array(rows).T
-    slope = np.polyfit(kv_bytes, times, 1)[0] if len(rows) > 1 else 0.0
-    return float(1.0 / slope) if slope > 0 else float(kv_bytes[-1] / times[-1])
+    slope, intercept = np.polyfit(kv_bytes, times, 1) if len(rows) > 1 else (0.0, 0.0)
+    if not slope > 0:
+        return float(kv_bytes[-1] / times[-1]), 0.0
+    return float(1.0 / slope), max(0.0, float(intercept))
 
 
 def _randn(shape, gen: torch.Generator, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
@@ -127,10 +153,14 @@ def _randn(shape, gen: torch.Generator, device: torch.device, dtype: torch.dtype
 
 
 def _prefill_attn_flops_per_s(spec: ModelSpec, plan: ProfilePlan, device, dtype, gen) -> float:
+    from reference_impl.kv_layer import causal_partial_attention
+
     n = plan.prefill_tokens
-    q, k, v = (torch.randn(1, spec.num_heads, n, spec.head_dim, generator=gen).to(device, dtype) for _ in range(3))
-    run = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
-    return 4 * spec.hidden * (n * (n + 1) // 2) / _timed_median_s(run, device, plan.repeats)
+    q = torch.randn(n, spec.num_heads, spec.head_dim, generator=gen).to(device, dtype)
+    k, v = (torch.randn(n, spec.num_kv_heads, spec.head_dim, generator=gen).to(device, dtype) for _ in range(2))
+    pos = torch.arange(n, device=device)
+    run = lambda: causal_partial_attention(q, k, v, pos, pos, spec.head_dim ** -0.5)  # noqa: E731
+    return 4 * spec.hidden * (n * (n + 1) // 2) / _timed_median_s(run, device, plan.repeats, plan.clock)
 
 
 def _memcpy(plan: ProfilePlan, device) -> tuple[list[int], list[float]]:
@@ -139,7 +169,7 @@ def _memcpy(plan: ProfilePlan, device) -> tuple[list[int], list[float]]:
         src = torch.empty(size, dtype=torch.uint8, device=device).fill_(1)
         dst = torch.empty_like(src)
         sizes.append(size)
-        times.append(_timed_median_s(lambda: dst.copy_(src), device, plan.repeats))
+        times.append(_timed_median_s(lambda: dst.copy_(src), device, plan.repeats, plan.clock))
     return sizes, times
 
 
@@ -149,15 +179,17 @@ def _mem_bytes(device: torch.device) -> float:
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
-def profile(spec: ModelSpec, *, name: str, device: torch.device, dtype: torch.dtype, quick: bool, seed: int) -> dict:
+def profile(spec: ModelSpec, *, name: str, device: torch.device, dtype: torch.dtype, quick: bool, seed: int,
+            plan: ProfilePlan | None = None) -> dict:
     """Measure everything the cost model needs for `spec` at tp=1 on `device`; returns the document."""
-    plan = ProfilePlan.make(quick, on_gpu=device.type == "cuda")
+    plan = plan or ProfilePlan.make(quick, on_gpu=device.type == "cuda")
     gen = torch.Generator().manual_seed(seed)
-    times = [_timed_median_s(_layer_fn(spec, n, device, dtype, gen), device, plan.repeats) for n in plan.tokens]
+    times = [_timed_median_s(_layer_fn(spec, n, device, dtype, gen), device, plan.repeats, plan.clock) for n in plan.tokens]
     sizes, copy_s = _memcpy(plan, device)
     memcpy_rate = sizes[-1] / copy_s[-1]
     source = f"repro profile on {name}"
     kernel = "Triton" if device.type == "cuda" else "torch"
+    kv_read_rate, call_s = _kv_read(spec, plan, device, dtype, gen)
     hardware = {
         "dtype_bytes": torch.empty(0, dtype=dtype).element_size(), "mem_bytes": _mem_bytes(device),
         "gpus_per_node": 1, "memcpy_bytes_per_s": round_sig(memcpy_rate),
@@ -165,13 +197,31 @@ def profile(spec: ModelSpec, *, name: str, device: torch.device, dtype: torch.dt
             fit_curve(plan.tokens, times, max_rel_err=NON_ATTENTION_MAX_REL_ERR), plan.tokens, times, source)}},
         "all_reduce_s": {},
         "send_recv_s": {"intra-node": curve_entry(fit_curve(sizes, copy_s, max_rel_err=0.0), sizes, copy_s, source)},
-        "attention": {"kv_read_bytes_per_s": round_sig(_kv_read_rate(spec, plan, device, dtype, gen)),
+        "attention": {"kv_read_bytes_per_s": round_sig(kv_read_rate), "call_s": round_sig(call_s),
                       "prefill_attn_flops_per_s": round_sig(_prefill_attn_flops_per_s(spec, plan, device, dtype, gen)),
                       "source": source,
                       "derivation": f"slope of micro_attention ({kernel} path) time vs KV bytes over context lengths "
-                                    f"{list(plan.kv_lens)}; causal SDPA at {plan.prefill_tokens} tokens"},
+                                    f"{list(plan.kv_lens)} (call_s: its intercept, for information); the engine's causal prefill "
+                                    f"attention (kv_layer.causal_partial_attention) at {plan.prefill_tokens} tokens"},
     }
-    return {"format": FORMAT, "generated_by": "repro profile", "hardware": {name: hardware},
-            "profile": {"model": spec.name, "device": str(device), "dtype": str(dtype).removeprefix("torch."),
-                        "torch": torch.__version__, "threads": torch.get_num_threads(), "quick": quick,
-                        "seed": seed}}
+    doc = {"format": FORMAT, "generated_by": "repro profile", "hardware": {name: hardware},
+           "profile": {"model": spec.name, "device": str(device), "dtype": str(dtype).removeprefix("torch."),
+                       "torch": torch.__version__, "threads": torch.get_num_threads(), "quick": quick, "seed": seed,
+                       "clock": plan.clock}}
+    hardware["step_overhead_s"] = {spec.name: measure_overhead(
+        spec, _layer_terms(doc, spec.name, name), batches=plan.overhead_batches,
+        prompt_len=plan.overhead_prompt_len, prefill_seqs=plan.overhead_prefill_seqs,
+        context_tokens=plan.overhead_context_tokens, repeats=plan.repeats, now=timer(plan.clock, device),
+        device=device, dtype=dtype, seed=seed, source=source)}
+    return doc
+
+
+def _layer_terms(doc: dict, model: str, name: str):
+    """The cost model of the op-level measurements in `doc` (no step overhead yet)."""
+    from reference_impl.calibration.coefficients import dumps
+    from reference_impl.calibration.model import CalibratedPerfModel
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ops.json"
+        path.write_text(dumps(doc))
+        return CalibratedPerfModel.for_setting(model=model, gpu=name, link="intra-node", coefficients_path=path)

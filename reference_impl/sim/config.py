@@ -1,5 +1,6 @@
 """What a simulated cluster is: model, GPU, instances and their parallelism, and the control-plane knobs."""
 from dataclasses import dataclass
+from pathlib import Path
 
 from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.calibration.specs import gpu_entry, model_spec
@@ -30,17 +31,26 @@ class SimConfig:
     num_candidates: int | None = None
     max_k_evals: int | None = 16  # Algorithm 1's k search: coarse-to-fine (None: every k, the paper's loop)
     max_lent_blocks: int | None = None
+    # prompt tokens per step, decode tokens included (vLLM's chunked prefill), for every system alike; None: a
+    # prompt is prefilled in one step, as in the papers' vLLM
+    chunked_prefill_tokens: int | None = None
     seed: int = 0
+    # A calibration file of the machine at hand (`repro profile`) instead of the committed A100/H100 fit, and a
+    # fixed rBlock count per instance (None: what the GPU's memory holds): simulating a real local run
+    coefficients_path: str | None = None
+    num_blocks: int | None = None
 
     def __post_init__(self):
         if self.num_instances < 1:
             raise InputError(f"need at least one instance (got {self.num_instances})")
         if self.block_size < 1 or self.max_batch_size < 1 or self.move_chunk_tokens < 1:
             raise InputError("block size, batch size and move chunk must be >= 1")
+        if self.chunked_prefill_tokens is not None and self.chunked_prefill_tokens < self.block_size:
+            raise InputError(f"chunked prefill needs at least one block of tokens per step ({self.block_size})")
         if not self.gmanager_interval_s > 0:
             raise InputError(f"gManager interval must be > 0 s (got {self.gmanager_interval_s})")
         model_spec(self.model)
-        gpus_per_node = gpu_entry(self.gpu)["gpus_per_node"]
+        gpus_per_node = gpu_entry(self.gpu)["gpus_per_node"] if self.coefficients_path is None else 1
         if self.tp > gpus_per_node:
             raise InputError(f"tp={self.tp} does not fit a node of {gpus_per_node} GPUs; use pp across nodes")
 
@@ -51,18 +61,23 @@ class SimConfig:
 
 def perf_model(config: SimConfig) -> CalibratedPerfModel:
     """The calibrated cost model of one instance of `config` (raises InputError for a bad setting)."""
-    return _cached_model(config.model, config.gpu, config.tp, config.pp, str(config.link))
+    path = config.coefficients_path
+    version = Path(path).stat().st_mtime_ns if path is not None and Path(path).is_file() else None
+    return _cached_model(config.model, config.gpu, config.tp, config.pp, str(config.link), path, version)
 
 
 _MODELS: dict = {}
 
 
-def _cached_model(model, gpu, tp, pp, link) -> CalibratedPerfModel:
-    key = (model, gpu, tp, pp, link)
+def _cached_model(model, gpu, tp, pp, link, coefficients_path=None, version=None) -> CalibratedPerfModel:
+    key = (model, gpu, tp, pp, link, coefficients_path, version)
     if key not in _MODELS:
-        _MODELS[key] = CalibratedPerfModel.for_setting(model=model, gpu=gpu, tp=tp, pp=pp, link=link)
+        _MODELS[key] = CalibratedPerfModel.for_setting(model=model, gpu=gpu, tp=tp, pp=pp, link=link,
+                                                       coefficients_path=coefficients_path)
     return _MODELS[key]
 
 
 def blocks_per_instance(config: SimConfig) -> int:
+    if config.num_blocks is not None:
+        return config.num_blocks
     return perf_model(config).memory.kv_capacity_tokens // config.block_size

@@ -1,5 +1,19 @@
-"""What a simulated run measures: one record per request, the token timeline, and summary numbers."""
-from dataclasses import dataclass, field
+"""What a serving run measures: one record per request, the token timeline, and summary numbers.
+
+The one summary of every serving path (the simulator, the Ray serving loop, real vLLM and the local engine in
+baselines/): `summarize_records` over request records (arrival_s, prompt_len, output_len, status,
+first_token_s, finish_s) and the step timeline (end time and generated tokens of each step).
+
+Steady-state window (what the serving curves and their max throughput use): from the arrival of request
+number ceil(WARMUP_FRAC * N) (in arrival order) to the later of the last arrival and the time by which all but
+DRAIN_FRAC of the requests have finished. Before it the batch fills from empty (warm-up); after it the last
+requests finish alone on an emptying batch (the drain), so the rate falls off. Below saturation the window
+ends at the last arrival and the throughput in it equals the offered load; past saturation a queue remains
+after the last arrival and the window runs on while it is served at full rate, which is the plateau (and
+what a short run of very long requests needs: one prefill can outlast the arrivals).
+Throughput over the makespan (`output_tok_s`, vLLM's benchmark definition) is kept beside it.
+"""
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -35,6 +49,7 @@ class SimResult:
     num_steps: int = 0
     num_gmanager_rounds: int = 0
     num_moved_blocks: int = 0
+    idle_waiting_frac: float = 0.0  # share of instance-time idle while a waiting request fit the free rBlocks
     end_s: float = 0.0
 
     @property
@@ -45,7 +60,7 @@ class SimResult:
         return sum(r.status == status for r in self.requests)
 
     def summary(self) -> "Summary":
-        return summarize(self)
+        return summarize_records(self.requests, self.step_end_s, self.step_tokens)
 
     def throughput_over_time(self, bin_s: float, inst_ids=None) -> tuple[np.ndarray, np.ndarray]:
         """(bin start times [n], generated tokens per second in each bin [n]), optionally of some instances."""
@@ -59,6 +74,10 @@ class SimResult:
         return np.arange(n) * bin_s, per_bin / bin_s
 
 
+WARMUP_FRAC = 0.1
+DRAIN_FRAC = 0.1
+
+
 @dataclass(frozen=True, slots=True)
 class Summary:
     num_requests: int
@@ -68,39 +87,145 @@ class Summary:
     output_tok_s: float  # generated tokens of finished requests / (last finish - first arrival): vLLM benchmarks'
     window_tok_s: float  # tokens generated while requests arrive (first to last arrival) / that span
     total_tok_s: float  # (prompt + generated) tokens of finished requests / (last finish - first arrival)
-    mean_latency_s: float | None
-    mean_norm_latency_s: float | None  # mean over requests of latency / output tokens (vLLM's metric)
-    p99_latency_s: float | None
-    mean_ttft_s: float | None
+    steady_output_tok_s: float  # tokens generated in the steady-state window / its length (module docstring)
+    steady_total_tok_s: float  # the same plus prompt tokens of requests whose first token falls in the window
+    steady_window_s: float
     makespan_s: float
+    mean_latency_s: float | None
+    p50_latency_s: float | None
+    p99_latency_s: float | None
+    mean_norm_latency_s: float | None  # mean over requests of latency / output tokens (the papers' y-axis)
+    mean_ttft_s: float | None
+    p99_ttft_s: float | None
+    mean_ttft_ms: float | None
+    p50_ttft_ms: float | None
+    p99_ttft_ms: float | None
+    mean_tpot_ms: float | None  # (finish - first token) / (output tokens - 1), requests of 2+ tokens
+    p50_tpot_ms: float | None
+    p99_tpot_ms: float | None
+
+    @property
+    def num_failed(self) -> int:
+        return self.num_requests - self.num_finished
 
     @property
     def completion_tok_s(self) -> float:
         """Earlier name of output_tok_s (vLLM benchmarks' definition)."""
         return self.output_tok_s
 
+    def to_dict(self) -> dict:
+        return {**asdict(self), "num_failed": self.num_failed}
 
-def summarize(result: SimResult) -> Summary:
-    done = result.finished
-    n = len(result.requests)
+
+def _stats(values, scale: float = 1.0) -> tuple:
+    if not len(values):
+        return None, None, None
+    arr = np.asarray(values, dtype=float) * scale
+    return float(arr.mean()), float(np.percentile(arr, 50)), float(np.percentile(arr, 99))
+
+
+def _tokens_between(ends: np.ndarray, tokens: np.ndarray, t0: float, t1: float) -> float:
+    return float(tokens[(ends >= t0) & (ends <= t1)].sum())
+
+
+def summarize_records(records, step_end_s=(), step_tokens=()) -> Summary:
+    """The summary of one serving run (see the module docstring for the windows)."""
+    records = list(records)
+    done = [r for r in records if r.status == FINISHED]
+    n = len(records)
+    rejected = sum(r.status == REJECTED for r in records)
+    unfinished = n - len(done) - rejected
     if not done:
-        return Summary(n, 0, result.count(REJECTED), result.count(UNFINISHED), 0.0, 0.0, 0.0, None, None, None, None,
-                       0.0)
-    start = min(r.arrival_s for r in result.requests)
+        return Summary(n, 0, rejected, unfinished, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, *([None] * 12))
+    arrivals = np.sort([r.arrival_s for r in records])
+    start = float(arrivals[0])
     span = max(r.finish_s for r in done) - start
-    window_s = max(r.arrival_s for r in result.requests) - start
     out = sum(r.output_len for r in done)
-    lat = np.array([r.latency_s for r in done])
-    norm = np.array([r.latency_s / r.output_len for r in done])
-    ttft = np.array([r.first_token_s - r.arrival_s for r in done])
+    prompt = sum(r.prompt_len for r in done)
+    ends, tokens = np.asarray(step_end_s, dtype=float), np.asarray(step_tokens, dtype=float)
+    window_s = float(arrivals[-1]) - start
     if window_s > 0:
-        ends = np.asarray(result.step_end_s)
-        in_window = (ends >= start) & (ends <= start + window_s)
-        window_tok_s = float(np.asarray(result.step_tokens, dtype=float)[in_window].sum()) / window_s
+        window_tok_s = _tokens_between(ends, tokens, start, start + window_s) / window_s
     else:
         window_tok_s = out / span if span > 0 else 0.0
-    return Summary(n, len(done), result.count(REJECTED), result.count(UNFINISHED), out / span if span > 0 else 0.0,
-                   window_tok_s,
-                   (out + sum(r.prompt_len for r in done)) / span if span > 0 else 0.0,
-                   float(lat.mean()), float(norm.mean()), float(np.percentile(lat, 99)), float(ttft.mean()),
-                   float(span))
+    steady_start = float(arrivals[min(n - 1, int(np.ceil(WARMUP_FRAC * n)))])
+    finishes = np.sort([r.finish_s for r in done])
+    steady_end = max(float(arrivals[-1]), float(finishes[min(len(done), int(np.ceil((1 - DRAIN_FRAC) * n))) - 1]))
+    steady_s = steady_end - steady_start
+    if steady_s > 0 and len(ends):
+        steady_out = _tokens_between(ends, tokens, steady_start, steady_end) / steady_s
+        prefilled = sum(r.prompt_len for r in records if r.first_token_s is not None
+                        and steady_start <= r.first_token_s <= steady_end)
+        steady_total = steady_out + prefilled / steady_s
+    else:  # a burst, or no step timeline: the whole run is the window
+        steady_s = span
+        steady_out = out / span if span > 0 else 0.0
+        steady_total = (out + prompt) / span if span > 0 else 0.0
+    lat = [r.finish_s - r.arrival_s for r in done]
+    ttft = [r.first_token_s - r.arrival_s for r in done]
+    tpot = [(r.finish_s - r.first_token_s) / (r.output_len - 1) for r in done if r.output_len > 1]
+    mean_lat, p50_lat, p99_lat = _stats(lat)
+    mean_ttft, _, p99_ttft = _stats(ttft)
+    return Summary(n, len(done), rejected, unfinished, out / span if span > 0 else 0.0, window_tok_s,
+                   (out + prompt) / span if span > 0 else 0.0, steady_out, steady_total, steady_s, float(span),
+                   mean_lat, p50_lat, p99_lat, float(np.mean([r.latency_s / r.output_len for r in done])),
+                   mean_ttft, p99_ttft, *_stats(ttft, 1e3), *_stats(tpot, 1e3))
+
+
+def summarize(result: SimResult) -> Summary:
+    return result.summary()
+
+
+@dataclass(frozen=True, slots=True)
+class ServingPoint:
+    """One point of a serving curve (repro/schemas/serving.schema.json `point`), whatever ran it."""
+    system: str
+    rate_per_s: float
+    num_requests: int
+    num_finished: int
+    num_rejected: int
+    num_unfinished: int
+    output_tok_s: float
+    window_tok_s: float
+    total_tok_s: float
+    steady_output_tok_s: float
+    steady_total_tok_s: float
+    mean_norm_latency_s: float | None
+    mean_latency_s: float | None
+    p99_latency_s: float | None
+    mean_ttft_s: float | None
+    p99_ttft_s: float | None
+    makespan_s: float
+    num_preemptions: int
+    num_moved_blocks: int
+    idle_waiting_frac: float
+    sim_wall_s: float  # wall time of the run (simulated or real)
+    seed: int = 0
+
+    @classmethod
+    def of(cls, system: str, rate_per_s: float, s: Summary, *, wall_s: float, seed: int = 0, num_preemptions: int = 0,
+           num_moved_blocks: int = 0, idle_waiting_frac: float = 0.0) -> "ServingPoint":
+        return cls(system, rate_per_s, s.num_requests, s.num_finished, s.num_rejected, s.num_unfinished,
+                   s.output_tok_s, s.window_tok_s, s.total_tok_s, s.steady_output_tok_s, s.steady_total_tok_s,
+                   s.mean_norm_latency_s, s.mean_latency_s, s.p99_latency_s, s.mean_ttft_s, s.p99_ttft_s,
+                   s.makespan_s, num_preemptions, num_moved_blocks, idle_waiting_frac, round(wall_s, 3), seed)
+
+    @classmethod
+    def of_result(cls, system: str, rate_per_s: float, result: SimResult, *, wall_s: float,
+                  seed: int = 0) -> "ServingPoint":
+        """The point of a simulated or Ray run (a SimResult)."""
+        return cls.of(system, rate_per_s, result.summary(), wall_s=wall_s, seed=seed,
+                      num_preemptions=sum(r.num_preemptions for r in result.requests),
+                      num_moved_blocks=result.num_moved_blocks,
+                      idle_waiting_frac=result.idle_waiting_frac)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def best_ratio(points: list[dict], system: str, baseline: str) -> float | None:
+    """Highest steady-state output rate over the rates run, `system` over `baseline`: the max-throughput ratio
+    of a short single-seed run (the simulated curves use the plateau of repro/experiments/serving_curves.py)."""
+    best = {s: max((p["steady_output_tok_s"] for p in points if p["system"] == s), default=0.0)
+            for s in (system, baseline)}
+    return best[system] / best[baseline] if best[baseline] > 0 else None

@@ -28,15 +28,20 @@ def instance_tp(model: str, gpu: str, *, max_tp: int = 8) -> int:
     GPU memory for KV; non-attention layers stay on as few GPUs as serve them well (infinite-llm 7.1)."""
     model_spec(model)
     gpu_entry(gpu)
+    unprofiled, is_profiled = None, False
     for tp in (1, 2, 4, 8):
         if tp > max_tp:
             break
         try:
             mem = perf_model(SimConfig(model=model, gpu=gpu, tp=tp)).memory
-        except InputError:
+        except InputError as exc:
+            unprofiled = unprofiled or exc
             continue
         if mem.kv_capacity_bytes >= KV_SHARE_MIN * (mem.mem_bytes - mem.reserve_bytes):
             return tp
+        is_profiled = True
+    if not is_profiled and unprofiled is not None:  # no degree has a profile: report that, not the room for KV
+        raise unprofiled
     raise InputError(f"no tensor-parallel degree up to {max_tp} leaves room for KV of {model} on {gpu}")
 
 

@@ -3,9 +3,16 @@ import click
 from repro.lazy_group import LazyGroup
 
 BENCHMARKS = {
-    "attention": "repro.commands.bench_attention:bench_attention",
-    "engine": "repro.commands.bench_engine:bench_engine",
-    "ray": "repro.commands.bench_ray:bench_ray",
+    "attention": ("repro.commands.bench_attention:bench_attention",
+                  "Decode attention over paged KV: time, GB/s of KV read, % of the device's peak bandwidth, and "
+                  "the speed ratio to torch SDPA on contiguous KV measured in the same run."),
+    "engine": ("repro.commands.bench_engine:bench_engine",
+               "Tiny-model decode tok/s: the engine with KV on one instance or spread over several (DistAttention "
+               "over remote rBlocks, merged with scale_reduce), and a contiguous-KV decode loop of the same model."),
+    "ray": ("repro.commands.bench_ray:bench_ray",
+            "Random LLaMA (--layers, --hidden): tok/s of 1, 2, ... instances with the same requests per instance, "
+            "on Ray (each instance an actor, all stepping at once) and on the local backend, and the time per step "
+            "the Ray instances spend in messaging."),
 }
 
 

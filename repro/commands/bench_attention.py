@@ -1,6 +1,6 @@
 import click
 
-from repro.options import parse_int_list
+from repro.options import parse_int_list, seed_option
 
 CONTEXTS = "1024,8192,32768,131072"
 BATCHES = "1,16,64"
@@ -17,16 +17,18 @@ BATCHES = "1,16,64"
               help="auto: Triton on a GPU, the torch path on CPU.")
 @click.option("--max-kv-gib", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Skip points whose KV cache is larger (default: 1 GiB on CPU, 40%% of GPU memory / 2.5).")
-@click.option("--seed", default=0, show_default=True, type=int)
+@seed_option
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the result as JSON here.")
 def bench_attention(models, contexts, batches, dtype, backend, max_kv_gib, seed, out):
     """Decode attention over paged KV: time, GB/s of KV read, % of the device's peak bandwidth, and the
     speed ratio to torch SDPA on contiguous KV measured in the same run."""
     import torch
 
-    from repro.atomic import write_json_atomic
+    from repro.atomic import check_writable_file, write_json_atomic
     from repro.benchmarks.attention import MODEL_HEADS, run_attention_bench
 
+    if out:
+        check_writable_file(out, "--out")
     model_names = [m.strip() for m in models.split(",") if m.strip()]
     unknown = [m for m in model_names if m not in MODEL_HEADS]
     if unknown or not model_names:
@@ -58,11 +60,13 @@ def bench_attention(models, contexts, batches, dtype, backend, max_kv_gib, seed,
                    f"{p.achieved_gb_s:>8.1f}{p.pct_of_peak:>8.1f}{p.sdpa_time_ms:>10.3f}{p.speedup_vs_sdpa:>8.2f}x"
                    + graph)
 
+    context_lens = parse_int_list(contexts, "--contexts", minimum=1)
+    batch_sizes = parse_int_list(batches, "--batches", 1)
     click.echo(f"decode attention, {dtype}, backend {resolved} on {device}")
     click.echo(header)
     click.echo("-" * len(header))
     result = run_attention_bench(
-        model_names, parse_int_list(contexts, "--contexts", minimum=1), parse_int_list(batches, "--batches", 1),
+        model_names, context_lens, batch_sizes,
         dtype=getattr(torch, dtype), backend=resolved, max_kv_bytes=max_kv_bytes, device=device, seed=seed,
         progress=show)
     click.echo(f"peak bandwidth {result.peak_gb_s:.1f} GB/s ({result.peak_source})")

@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass
 
 import click
 
-from repro.options import parse_int_list
+from repro.options import parse_int_list, seed_option
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +95,7 @@ def engine_decode(model, batch, prompt_len, num_steps, num_instances, block_size
 @click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1), help="Best of this many runs.")
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1),
               help="torch CPU threads (1 keeps the comparison steady on a shared machine).")
-@click.option("--seed", default=0, show_default=True, type=int)
+@seed_option
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the points as JSON here.")
 def bench_engine(batches, instances, prompt_len, decode_steps, block_size, repeats, threads, seed, out):
     """Tiny-model decode tok/s: the engine with KV on one instance or spread over several (DistAttention
@@ -104,8 +104,10 @@ def bench_engine(batches, instances, prompt_len, decode_steps, block_size, repea
     import torch
 
     from reference_impl.model import TINY, random_model
-    from repro.atomic import write_json_atomic
+    from repro.atomic import check_writable_file, write_json_atomic
 
+    if out:
+        check_writable_file(out, "--out")
     torch.set_num_threads(threads)
     batch_sizes = parse_int_list(batches, "--batches", minimum=1)
     counts = parse_int_list(instances, "--instances", minimum=1)

@@ -14,9 +14,11 @@ def calibrate(profiles, out):
     from reference_impl.calibration.coefficients import check_out_path, dumps, validate, write_atomic
     from reference_impl.calibration.fit import calibrate as fit_profiles
     from reference_impl.calibration.report import format_table
+    from repro.progress import progress_log
 
     check_out_path(out)
-    doc = validate(fit_profiles(profiles), "the fitted document")
+    with progress_log("calibrate"):  # elapsed time while it fits
+        doc = validate(fit_profiles(profiles), "the fitted document")
     write_atomic(out, dumps(doc))
     click.echo(format_table(doc))
     click.echo(f"wrote {out}")

@@ -2,23 +2,38 @@ import json
 
 import click
 
-from repro.options import parse_int_list
+from repro.options import parse_int_list, seed_option
+
+MAX_INSTANCES = 256  # instances of one process (each a model replica); more is a cluster's job (--backend ray)
+MAX_TOKENS = 10**7  # per prompt or generation: far beyond what a CPU run finishes
+
+
+def check_kv_fits_memory(model_config, instances: int, blocks_per_instance: int, block_size: int, dtype_bytes: int):
+    """The local backend allocates every instance's KV up front: say so before asking for more than the machine has."""
+    import os
+
+    per_token = 2 * model_config.num_layers * model_config.num_kv_heads * model_config.head_dim * dtype_bytes
+    need = instances * blocks_per_instance * block_size * per_token
+    have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if need > have:
+        raise click.UsageError(f"--instances {instances} x --blocks-per-instance {blocks_per_instance} x --block-size "
+                               f"{block_size} needs {need / 2**30:.3g} GiB of KV; this machine has {have / 2**30:.3g} GiB")
 
 
 @click.command("generate")
 @click.option("--model", "model_spec", default="tiny", show_default=True,
               help="'tiny' (built in, random weights from --seed) or a Hugging Face LLaMA folder.")
-@click.option("--instances", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--instances", default=1, show_default=True, type=click.IntRange(1, MAX_INSTANCES))
 @click.option("--blocks-per-instance", default=64, show_default=True, type=click.IntRange(min=1),
               help="rBlocks of KV each instance may hold.")
 @click.option("--block-size", default=16, show_default=True, type=click.IntRange(min=1), help="Tokens per rBlock.")
 @click.option("--prompt-ids", multiple=True, help="Comma-separated token ids of one prompt; repeat for more.")
-@click.option("--prompt-len", type=click.IntRange(min=1), default=None,
+@click.option("--prompt-len", type=click.IntRange(1, MAX_TOKENS), default=None,
               help="Instead of --prompt-ids: one random prompt of this length (from --seed).")
-@click.option("--max-new-tokens", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-new-tokens", default=16, show_default=True, type=click.IntRange(1, MAX_TOKENS))
 @click.option("--no-pooling", is_flag=True, help="KV never leaves its instance (vLLM-M): preempt and recompute.")
 @click.option("--ignore-eos", is_flag=True, help="Generate --max-new-tokens even past the EOS token.")
-@click.option("--seed", default=0, show_default=True, type=int)
+@seed_option
 @click.option("--json", "as_json", is_flag=True, help='Print {"token_ids": [[...]], "placement": [...]}.')
 @click.option("--backend", type=click.Choice(["local", "ray", "vllm"]), default="local", show_default=True,
               help="local: one process; ray: each instance and the gManager a Ray actor; vllm: real vLLM engines "
@@ -42,6 +57,8 @@ def generate(model_spec, instances, blocks_per_instance, block_size, prompt_ids,
     if bool(prompt_ids) == (prompt_len is not None):
         raise click.UsageError("give either --prompt-ids (repeatable) or --prompt-len")
     model = resolve_model(model_spec, seed=seed)
+    if backend == "local":
+        check_kv_fits_memory(model.config, instances, blocks_per_instance, block_size, model.dtype.itemsize)
     if prompt_len is not None:
         prompts = [np.random.default_rng(seed).integers(0, model.config.vocab_size, prompt_len).tolist()]
     else:

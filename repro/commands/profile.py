@@ -2,6 +2,8 @@ from pathlib import Path
 
 import click
 
+from repro.options import seed_option
+
 DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -17,7 +19,7 @@ DTYPES = ("float32", "float16", "bfloat16")
               help="torch CPU threads (default: 1 on CPU, where instances of the local backend share the cores "
                    "and threads fighting for a busy core make timings erratic; torch's default on a GPU).")
 @click.option("--quick", is_flag=True, help="A few points only (seconds; for tests).")
-@click.option("--seed", default=0, show_default=True, type=int)
+@seed_option
 def profile(out, model, name, device, dtype, threads, quick, seed):
     """Measure the cost model's inputs on this machine and write them in the calibration format."""
     import torch
@@ -27,6 +29,7 @@ def profile(out, model, name, device, dtype, threads, quick, seed):
     from reference_impl.calibration.report import format_table
     from reference_impl.calibration.specs import model_spec
     from reference_impl.errors import InputError
+    from repro.progress import progress_log
 
     check_out_path(out)
     try:
@@ -40,8 +43,9 @@ def profile(out, model, name, device, dtype, threads, quick, seed):
     spec = model_spec(model or ("llama2-7b" if on_gpu else "llama-tiny"))
     name = name or (torch.cuda.get_device_name(dev) if on_gpu else "cpu")
     torch_dtype = getattr(torch, dtype or ("float16" if on_gpu else "float32"))
-    doc = validate(measure(spec, name=name, device=dev, dtype=torch_dtype, quick=quick, seed=seed),
-                   "the measured document")
+    with progress_log("profile"):  # elapsed time while it measures
+        doc = validate(measure(spec, name=name, device=dev, dtype=torch_dtype, quick=quick, seed=seed),
+                       "the measured document")
     write_atomic(out, dumps(doc))
     click.echo(format_table(doc))
     click.echo(f"wrote {out}")

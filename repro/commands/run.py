@@ -1,6 +1,7 @@
 import click
 
 from repro.experiments.registry import EXPERIMENTS
+from repro.options import seed_option
 
 BACKENDS = ("sim", "local", "ray", "vllm")
 
@@ -9,31 +10,76 @@ def parse_params(pairs: tuple[str, ...]) -> dict:
     extra = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
+        key = key.strip()
         if not sep or not key:
-            raise click.BadParameter(f"expected key=value, got {pair!r}", param_hint="--param")
+            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--param")
+        if key in extra and extra[key] != value:
+            raise click.BadParameter(f"{key} given twice ({extra[key]!r} and {value!r})", param_hint="--param")
         extra[key] = value
     return extra
 
 
-@click.command()
-@click.option("--experiment", "name", required=True, type=click.Choice(sorted(EXPERIMENTS)),
-              help="Which experiment to run.")
+def _params_text(name: str) -> str:
+    from repro.experiments.params import describe_params
+    from repro.experiments.registry import get_experiment
+
+    return describe_params(get_experiment(name))
+
+
+def _list_params(ctx, _param, name):
+    if name is None or ctx.resilient_parsing:
+        return
+    click.echo(_params_text(name))
+    ctx.exit()
+
+
+def _remember_experiment(ctx, _param, name):
+    ctx.meta["repro.experiment"] = name
+    return name
+
+
+class RunCommand(click.Command):
+    """`repro run --experiment X --help` also lists X's --param keys."""
+
+    def format_epilog(self, ctx, formatter):
+        super().format_epilog(ctx, formatter)
+        name = ctx.meta.get("repro.experiment")
+        if name:
+            formatter.write_paragraph()
+            for line in _params_text(name).splitlines():
+                formatter.write_text(line)
+
+
+@click.command(cls=RunCommand,
+               epilog="`repro run --list-params NAME` (or `--experiment NAME --help`) lists an experiment's --param keys.")
+@click.option("--experiment", "name", type=click.Choice(sorted(EXPERIMENTS)), is_eager=True,
+              callback=_remember_experiment, help="Which experiment to run.")
+@click.option("--list-params", type=click.Choice(sorted(EXPERIMENTS)), is_eager=True, expose_value=False,
+              callback=_list_params, help="Print an experiment's --param keys, types and defaults, and exit.")
 @click.option("--backend", type=click.Choice(BACKENDS), default="sim", show_default=True)
 @click.option("--quick", is_flag=True, help="A small version of the experiment (seconds, for tests).")
-@click.option("--seed", default=0, show_default=True, type=int)
+@seed_option
 @click.option("--address", default=None, help="Ray cluster address (with --backend ray); 'local' starts one.")
-@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="Experiment-specific option.")
-@click.option("--run-id", default=None, help="Name of this run (default: from backend, size and seed).")
-@click.option("--results-dir", type=click.Path(file_okay=False), default="results", show_default=True)
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="Experiment-specific option (see --list-params); a non-default value is a new run.")
+@click.option("--run-id", default=None, help="Name of this run (default: from backend, size, seed and non-default "
+                                             "params).")
+@click.option("--results-dir", type=click.Path(), default="results", show_default=True)
 @click.option("--force", is_flag=True, help="Run again even if the result exists.")
 def run(name, backend, quick, seed, address, params, run_id, results_dir, force):
     """Run an experiment and write results/<experiment>/<run-id>/result.json."""
     from repro.experiments.base import RunParams
     from repro.experiments.registry import get_experiment
+    from repro.progress import progress_log
     from repro.results import run_and_save
 
+    if name is None:
+        raise click.UsageError("give --experiment NAME (or --list-params NAME)")
+    if address is not None and backend != "ray":
+        raise click.BadParameter(f"only with --backend ray (got --backend {backend})", param_hint="--address")
     exp = get_experiment(name)
     run_params = RunParams(quick=quick, backend=backend, seed=seed, address=address, extra=parse_params(params))
-    path, ran = run_and_save(exp, run_params, results_dir, force=force, run_id=run_id, log=click.echo)
+    with progress_log(name, echo=click.echo) as log:
+        path, ran = run_and_save(exp, run_params, results_dir, force=force, run_id=run_id, log=log)
     if ran:
         click.echo(f"wrote {path}")

@@ -1,41 +1,62 @@
 import click
 
-from reference_impl.sim.systems import SYSTEMS
+# reference_impl.sim.systems.SYSTEMS, named here so `repro simulate --help` need not import the cost model
+# (tests/test_bad_input_cli.py checks the two agree)
+SYSTEM_NAMES = ("infinite-llm", "vllm-m", "vllm-s")
+
+
+def _check_link(_ctx, _param, value):
+    from repro.experiments.params import link
+
+    try:
+        return link(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc}; give intra-node, inter-node or a bandwidth in GB/s > 0") from None
 
 
 @click.command()
 @click.option("--workload", "workload_path", required=True, type=click.Path(dir_okay=False),
               help="JSONL requests (repro workloads generate).")
-@click.option("--system", type=click.Choice(sorted(SYSTEMS)), default="infinite-llm", show_default=True)
+@click.option("--system", type=click.Choice(SYSTEM_NAMES), default="infinite-llm", show_default=True)
 @click.option("--model", default="llama2-7b", show_default=True)
 @click.option("--gpu", default="A100-80GB-SXM", show_default=True)
-@click.option("--gpus", "num_gpus", default=4, show_default=True, type=int, help="GPUs in the cluster.")
-@click.option("--tp", default=None, type=int, help="Instance tensor parallelism (default: the smallest that "
+@click.option("--gpus", "num_gpus", default=4, show_default=True, type=click.IntRange(min=1),
+              help="GPUs in the cluster.")
+@click.option("--tp", default=None, type=click.IntRange(min=1), help="Instance tensor parallelism (default: the smallest that "
               "leaves half the memory for KV).")
-@click.option("--link", default="inter-node", show_default=True,
+@click.option("--link", default="inter-node", show_default=True, callback=_check_link,
               help="Between instances: intra-node, inter-node, or a bandwidth in GB/s.")
 @click.option("--out", default=None, type=click.Path(dir_okay=False), help="Write per-request metrics (JSON).")
 def simulate(workload_path, system, model, gpu, num_gpus, tp, link, out):
     """Serve a workload file on the simulated cluster and print its summary."""
     from dataclasses import asdict
 
-    from reference_impl.atomic import write_json_atomic
+    from reference_impl.atomic import check_writable_file, write_json_atomic
     from reference_impl.backends.sim import simulate as run_sim
     from reference_impl.errors import InputError
     from reference_impl.sim.config import SimConfig, blocks_per_instance
     from reference_impl.sim.systems import cluster, system_config
+    from repro.progress import progress
     from workloads import load_jsonl
 
-    requests = load_jsonl(workload_path)
+    if out:
+        check_writable_file(out, "--out")  # before the run, not after it
+    requests = load_jsonl(workload_path, progress=lambda lines, **kw: progress(lines, unit="line", **kw))
     if tp is None:
         base = cluster(model, gpu, num_gpus, link=link)
     else:
-        if tp < 1 or num_gpus % tp:
+        if num_gpus % tp:
             raise InputError(f"--gpus {num_gpus} does not split into instances of --tp {tp}")
         base = SimConfig(model=model, gpu=gpu, num_instances=num_gpus // tp, tp=tp, link=link)
     config = system_config(system, base)
     blocks_per_instance(config)  # checks the model fits the instance before simulating
-    result = run_sim(config, requests)
+    last_arrival_s = max(r.arrival_s for r in requests)
+    with progress(desc="simulate", unit="event") as bar:  # events done and the simulated clock
+        def on_event(now_s):
+            bar.update(1)
+            if bar.n % 1000 == 0:
+                bar.set_postfix_str(f"t={now_s:.0f}s, last arrival {last_arrival_s:.0f}s", refresh=False)
+        result = run_sim(config, requests, on_event=None if bar.disable else on_event)
     s = result.summary()
     click.echo(f"{system}: {config.num_instances} instance(s) of tp={config.tp} pp={config.pp}; "
                f"finished {s.num_finished}/{s.num_requests}, rejected {s.num_rejected}, "

@@ -5,12 +5,11 @@ import math
 import click
 
 from reference_impl.errors import InputError
-from workloads import datasets, traces
-from workloads.generate import SOURCES, SourceOptions, check_dataset_id, check_trace_id, generate, real_source
-from workloads.io import load_jsonl, save_jsonl
+from repro.options import seed_option
 from workloads.paper_tables import DATASETS, DATASETS_SOURCE, TRACES, TRACES_SOURCE
-from workloads.stats import context_lens, dataset_stats, trace_stats
-from workloads.tokens import make_token_counter
+from workloads.sources.options import SOURCES, SourceOptions
+
+MAX_REQUESTS = 50_000_000  # about 10 GB of Request objects; beyond that the machine runs out of memory, not us
 
 
 def source_options(func):
@@ -33,6 +32,10 @@ def workloads():
 @source_options
 def list_(source, sharegpt_file, leval_file, tokenizer_path):
     """Every trace and dataset with its source and parameters."""
+    from workloads import datasets, traces
+    from workloads.generate import real_source
+    from workloads.tokens import make_token_counter
+
     options = SourceOptions(source, sharegpt_file, leval_file, tokenizer_path)
     click.echo(f"Traces ({TRACES_SOURCE}); token counts: {make_token_counter(tokenizer_path)[1]}")
     click.echo(f"{'trace':>5} {'group':>5} {'range':>13} {'avg':>8} {'sd':>10}  origin / generated from")
@@ -51,27 +54,39 @@ def list_(source, sharegpt_file, leval_file, tokenizer_path):
 @workloads.command("generate")
 @click.option("--trace", "trace_id", type=int, help="Trace id 0-8 (infinite-llm Table 1).")
 @click.option("--dataset", "dataset_id", type=int, help="Dataset id 1-18 (distkv-llm Table 2).")
-@click.option("--num-requests", type=int, default=1000, show_default=True)
+@click.option("--num-requests", type=click.IntRange(1, MAX_REQUESTS), default=1000, show_default=True)
 @click.option("--rate", "rate_per_s", type=float, required=True, help="Mean arrival rate, requests/s (inf: all at 0).")
 @click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape of the gaps; 1.0 = Poisson.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@seed_option
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True, help="JSONL file to write.")
 @source_options
 def generate_cmd(trace_id, dataset_id, num_requests, rate_per_s, burstiness, seed, out_path, source, sharegpt_file,
                  leval_file, tokenizer_path):
     """Generate one trace or dataset and write it as JSONL (atomically)."""
+    from reference_impl.atomic import check_writable_file
+    from repro.progress import progress
+    from workloads import datasets, traces
+    from workloads.generate import check_dataset_id, check_trace_id, generate, real_source
+    from workloads.io import save_jsonl
+
     if (trace_id is None) == (dataset_id is None):
         raise InputError("give exactly one of --trace N or --dataset N")
-    if not (num_requests >= 1 and rate_per_s > 0):
-        raise InputError("--num-requests must be >= 1 and --rate > 0")
+    if not rate_per_s > 0:
+        raise InputError(f"--rate must be > 0 requests/s (inf: all at t=0), got {rate_per_s}")
+    if not (math.isfinite(burstiness) and burstiness > 0):
+        raise InputError(f"--burstiness must be a finite number > 0, got {burstiness}")
     if trace_id is not None:
         check_trace_id(trace_id)
     else:
         check_dataset_id(dataset_id)
+    check_writable_file(out_path, "--out", make_dirs=False)
     options = SourceOptions(source, sharegpt_file, leval_file, tokenizer_path)
-    requests = generate(trace_id=trace_id, dataset_id=dataset_id, num_requests=num_requests, rate_per_s=rate_per_s,
-                        seed=seed, burstiness=burstiness, options=options)
-    save_jsonl(out_path, requests)
+    with progress(desc="generate", total=2, unit="stage") as bar:
+        requests = generate(trace_id=trace_id, dataset_id=dataset_id, num_requests=num_requests,
+                            rate_per_s=rate_per_s, seed=seed, burstiness=burstiness, options=options)
+        bar.update(1)
+        save_jsonl(out_path, progress(requests, desc=f"write {out_path}", unit="req"))
+        bar.update(1)
     what = f"trace {trace_id}" if trace_id is not None else f"dataset {dataset_id}"
     how = traces.method(trace_id, real_source(trace_id, options)) if trace_id is not None else datasets.method(dataset_id)
     rate = "inf" if math.isinf(rate_per_s) else f"{rate_per_s:g}"
@@ -79,17 +94,18 @@ def generate_cmd(trace_id, dataset_id, num_requests, rate_per_s, burstiness, see
 
 
 @workloads.command("stats")
-@click.option("--num-requests", type=int, default=20000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--num-requests", type=click.IntRange(1, MAX_REQUESTS), default=20000, show_default=True)
+@seed_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @source_options
 def stats(num_requests, seed, as_json, source, sharegpt_file, leval_file, tokenizer_path):
     """Generated context lengths of every trace next to Table 1, and long ratios of every dataset."""
-    if num_requests < 1:
-        raise InputError(f"--num-requests must be >= 1, got {num_requests}")
+    from repro.progress import progress
+    from workloads.stats import dataset_stats, trace_stats
+
     options = SourceOptions(source, sharegpt_file, leval_file, tokenizer_path)
-    trace_rows = [trace_stats(t, num_requests, seed, options) for t in TRACES]
-    dataset_rows = [dataset_stats(d, DATASETS[d].num_requests, seed) for d in DATASETS]
+    trace_rows = [trace_stats(t, num_requests, seed, options) for t in progress(TRACES, desc="traces")]
+    dataset_rows = [dataset_stats(d, DATASETS[d].num_requests, seed) for d in progress(DATASETS, desc="datasets")]
     if as_json:
         click.echo(json.dumps({"traces": [dataclasses.asdict(r) for r in trace_rows],
                                "datasets": [dataclasses.asdict(r) for r in dataset_rows]}, indent=1))
@@ -112,9 +128,11 @@ def stats(num_requests, seed, as_json, source, sharegpt_file, leval_file, tokeni
 @click.argument("path", type=click.Path(dir_okay=False))
 def check(path):
     """Load a workload JSONL file, validate every line, and summarise it."""
-    requests = load_jsonl(path)
-    if not requests:
-        raise InputError(f"{path}: no requests")
+    from repro.progress import progress
+    from workloads.io import load_jsonl
+    from workloads.stats import context_lens
+
+    requests = load_jsonl(path, progress=lambda lines, **kw: progress(lines, unit="line", **kw))
     ctx = context_lens(requests)
     span_s = max(r.arrival_s for r in requests) - min(r.arrival_s for r in requests)
     rate = f"{(len(requests) - 1) / span_s:.3g}/s" if span_s > 0 else "all at once"

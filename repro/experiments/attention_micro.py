@@ -7,10 +7,10 @@ and the 2xTP4 DistAttention vs TP8 breakdown at 300K-600K (repro/experiments/att
 """
 import pandas as pd
 
-from reference_impl.errors import InputError
 from repro.experiments.attention_model import AttentionCostModel, total_s
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result, new_figure, save
+from repro.experiments.params import Param, positive_int, positive_int_list
 
 WORLD = 4
 MODEL_CONTEXTS = [4096 * 2**i for i in range(7)]  # 4K .. 256K
@@ -18,14 +18,10 @@ BREAKDOWN_CONTEXTS = [300_000, 400_000, 500_000, 600_000]
 MEASURED = {True: ([256, 1024], 1), False: ([1024, 4096, 16384, 32768], 3)}  # quick -> (contexts, iters)
 
 
-def _int_list(text: str, what: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise InputError(f"--param {what}= takes comma-separated integers (got {text!r})") from None
-    if not values or min(values) <= 0:
-        raise InputError(f"--param {what}= needs positive integers (got {text!r})")
-    return values
+PARAMS = (Param("contexts", positive_int_list, None, "measured context lengths in tokens (default: "
+                 f"{','.join(map(str, MEASURED[False][0]))}; {','.join(map(str, MEASURED[True][0]))} with --quick)"),
+          Param("iters", positive_int, None, f"timed steps per point (default: {MEASURED[False][1]}; "
+                                             f"{MEASURED[True][1]} with --quick)"))
 
 
 def modelled(contexts=MODEL_CONTEXTS, breakdown_contexts=BREAKDOWN_CONTEXTS) -> tuple[list[dict], list[dict]]:
@@ -49,9 +45,8 @@ def run(params, log) -> dict:
     from repro.experiments.attention_micro_measure import measure
 
     contexts, iters = MEASURED[params.quick]
-    if "contexts" in params.extra:
-        contexts = _int_list(params.extra["contexts"], "contexts")
-    iters = int(params.extra.get("iters", iters))
+    contexts = list(params.extra.get("contexts") or contexts)
+    iters = params.extra.get("iters") or iters
     measured, checks = [], []
     for ctx in contexts:
         log(f"attention-micro: {ctx} tokens on {WORLD} processes")
@@ -116,4 +111,4 @@ def plot(results: list[dict], figures_dir: str) -> list[str]:
 
 
 EXPERIMENT = Experiment("attention-micro", ("infinite-llm Fig 11", "distkv-llm Fig 11"), "attention_micro.schema.json",
-                        run, default_run_id, plot=plot, claims=claims, backends=("local", "sim"))
+                        run, default_run_id, plot=plot, claims=claims, backends=("local", "sim"), params=PARAMS)

@@ -13,6 +13,7 @@ from reference_impl.sim.config import blocks_per_instance
 from reference_impl.sim.systems import cluster, system_config
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result
+from repro.experiments.params import LINK_HELP, Param, link
 from repro.experiments.serving import LINK_DEFAULT
 from workloads.request import Request
 
@@ -23,6 +24,7 @@ SYSTEMS = ("infinite-llm", "vllm-m", "vllm-s")
 OUTPUT_LEN = 16
 SHORT_LEN = 1000
 PAST_VLLM_M = 1.05  # "slightly exceeding" vLLM-M's limit
+PARAMS = (Param("link", link, LINK_DEFAULT, LINK_HELP),)
 
 
 def max_context(config) -> int:
@@ -120,4 +122,4 @@ def plot(results, figures_dir) -> list[str]:
 
 
 EXPERIMENT = Experiment("context-length", ("infinite-llm Fig 9", "distkv-llm Fig 7"), "context_length.schema.json",
-                        run, default_run_id, plot=plot, claims=claims)
+                        run, default_run_id, plot=plot, claims=claims, params=PARAMS)

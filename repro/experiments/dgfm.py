@@ -19,7 +19,7 @@ from reference_impl.dgfm import count_cycles, debt_graph
 from reference_impl.sim.config import SimConfig, blocks_per_instance
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result, new_figure, save
-from repro.experiments.serving import param
+from repro.experiments.params import Param, positive_float, positive_int
 from workloads.request import Request
 
 SETTING = dict(model="llama2-13b", gpu="A100-80GB-SXM", num_instances=4, tp=2, link="intra-node")
@@ -27,6 +27,10 @@ FULL = dict(duration_s=300.0, bin_s=10.0, seeds=5)
 QUICK = dict(duration_s=30.0, bin_s=10.0, seeds=1)
 # (label, SimConfig.dgfm, SimConfig.exclusive_roles): distkv-llm's protocol with and without DGFM, and
 # infinite-llm 5.2's rule (a debtor never lends), under which no debt cycle can form.
+PARAMS = (Param("duration_s", positive_float, None, f"simulated seconds per arm (default: {FULL['duration_s']:g}; "
+                                                     f"{QUICK['duration_s']:g} with --quick)"),
+          Param("seeds", positive_int, None, f"seeds, from --seed up (default: {FULL['seeds']}; {QUICK['seeds']} with "
+                                             "--quick)"))
 ARMS = (("DGFM", True, False), ("no DGFM", False, False), ("exclusive roles", True, True))
 MAX_TOKENS = 480_000
 OUTPUT_RANGE = (32, 512)  # decode tokens per request, uniform
@@ -88,8 +92,8 @@ def last_third_tok_s(arm: dict) -> float:
 
 def run(params, log) -> dict:
     size = QUICK if params.quick else FULL
-    duration_s = param(params, "duration_s", float, size["duration_s"])
-    seeds = range(params.seed, params.seed + param(params, "seeds", int, size["seeds"]))
+    duration_s = params.extra.get("duration_s") or size["duration_s"]
+    seeds = range(params.seed, params.seed + (params.extra.get("seeds") or size["seeds"]))
     capacity = blocks_per_instance(SimConfig(**SETTING)) * SimConfig().block_size * SETTING["num_instances"]
     arms, num_requests = [], 0
     for seed in seeds:
@@ -150,4 +154,4 @@ def plot(results, figures_dir) -> list[str]:
 
 
 EXPERIMENT = Experiment("dgfm", ("distkv-llm Fig 10",), "dgfm.schema.json", run, default_run_id, plot=plot,
-                        claims=claims)
+                        claims=claims, params=PARAMS)

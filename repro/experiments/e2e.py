@@ -3,23 +3,39 @@
 Fig 10a: traces 0-2 (short) on LLaMA2-7B instances of one GPU, at two instance counts, against vLLM-M.
 Fig 10b: traces 3-8 (long) against vLLM-S; each trace runs on the (model, GPUs) row of distkv-llm Table 2
 whose range it matches (200K: 7B/2, 280K: 13B/4, 600K: 70B/8, 480K: 13B/8, 1200K: 7B/16, 2000K: 7B/32).
-The same requests and rates go to every system; rates are multiples of a cost-model estimate of the
-cluster's saturation rate; the points run in one process per core (`--param workers=N`).
-The link sweep reruns one point per trace of Fig 10a with other inter-instance links.
+The curve method (measured saturation, rate grid, seeds, steady-state window, plateau) is serving_curves.py's;
+the points run in one process per core (`--param workers=N`). A bigger run: `--param seeds=5
+--param short_requests=3000 --param long_requests=500` (make fig10 FIG10_PARAMS="...").
 """
+from functools import partial
+
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
-from repro.experiments.serving import (LINK_DEFAULT, PointTask, curve_tasks, default_workers, max_throughput_ratio,
-                                       nominal_rate_per_s, param, rate_grid, run_tasks, workload)
+from repro.experiments.params import Param, int_list
+from repro.experiments.serving import LINK_DEFAULT, default_workers, point_pool, typed, workload
+from repro.experiments.serving_curves import CurveGroup, ratio_text, run_curves
+from repro.experiments.serving_ray import RAY_PARAMS
 from reference_impl.sim.systems import cluster
 
 GPU = "A100-80GB-SXM"
 LONG_SETTINGS = {3: ("llama2-7b", 2), 4: ("llama2-13b", 4), 5: ("llama2-70b", 8), 6: ("llama2-13b", 8),
                  7: ("llama2-7b", 16), 8: ("llama2-7b", 32)}
 FULL = dict(short_traces=(0, 1, 2), instance_counts=(4, 8), long_traces=(3, 4, 5, 6, 7, 8),
-            short_requests=300, long_requests=12, multipliers=(0.5, 1.0, 2.0, 4.0),
-            sweep_links=("intra-node", "inter-node", "0.125"))
-QUICK = dict(short_traces=(0,), instance_counts=(4,), long_traces=(3,), short_requests=100, long_requests=10,
-             multipliers=(0.5, 2.0), sweep_links=("0.125",))
+            short_requests=1000, long_requests=20)
+QUICK = dict(short_traces=(0,), instance_counts=(4,), long_traces=(3,), short_requests=100, long_requests=20)
+SIM = ("sim",)
+PARAMS = (
+    Param("seeds", int, 3, "seeds per point (seed, seed+1, ...): lengths, arrivals and simulator", backends=SIM),
+    Param("short_requests", int, None, "requests per point, traces 0-2 (1000; 100 with --quick)", backends=SIM),
+    Param("long_requests", int, None, "requests per point, traces 3-8 (20: the >= 200 run is long_requests=200, see the README; 20 with --quick)", backends=SIM),
+    Param("traces", int_list, None, "only these trace ids (default: 0-8; 0 and 3 with --quick)", backends=SIM),
+    Param("link", str, LINK_DEFAULT, "inter-instance link: intra-node, inter-node or GB/s", backends=SIM),
+    Param("source", str, "fitted", "workload lengths", choices=("fitted", "auto"), backends=("sim", "ray")),
+    Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick)", backends=SIM),
+    *RAY_PARAMS,
+    *(Param(k, str, None, h, backends=("vllm",)) for k, h in (
+        ("num_requests", "requests per trace"), ("instances", "engines per system"),
+        ("rates", "comma-separated request rates"), ("traces", "comma-separated trace ids"))),
+)
 
 
 def groups(size: dict):
@@ -33,70 +49,69 @@ def groups(size: dict):
                    num_requests=size["long_requests"])
 
 
+def sizes(params) -> dict:
+    size = dict(QUICK if params.quick else FULL)
+    for key in ("short_requests", "long_requests"):
+        if params.extra.get(key) is not None:
+            size[key] = params.extra[key]
+    traces = params.extra.get("traces")
+    if traces is not None:
+        size["short_traces"] = tuple(t for t in traces if t in (0, 1, 2))
+        size["long_traces"] = tuple(t for t in traces if t in LONG_SETTINGS)
+    return size
+
+
+def curve_groups(params, size: dict, *, link: str, source: str) -> list[CurveGroup]:
+    out = []
+    for g in groups(size):
+        base = cluster(g["model"], GPU, g["num_gpus"], link=link, seed=params.seed)
+        make = partial(_requests, g["trace_id"], g["num_requests"], source)
+        out.append(CurveGroup(g, base, make, ("infinite-llm", g["baseline"]),
+                              f"trace {g['trace_id']} {g['model']} {g['num_gpus']} GPUs"))
+    return out
+
+
+def _requests(trace_id: int, num_requests: int, source: str, rate_per_s: float, seed: int):
+    return workload(trace_id=trace_id, num_requests=num_requests, rate_per_s=rate_per_s, seed=seed, source=source)
+
+
+def seeds_of(params) -> tuple[int, ...]:
+    return tuple(params.seed + i for i in range(max(1, params.extra.get("seeds", 1))))
+
+
 def run(params, log) -> dict:
+    params = typed("e2e", PARAMS, params)
     if params.backend == "ray":  # served for real by Ray actors: repro/experiments/serving_ray.py
         from repro.experiments.serving_ray import run_on_ray
         return run_on_ray(params, log, list(groups(QUICK if params.quick else FULL)))
     if params.backend == "vllm":  # real vLLM-M vs our local engine at CPU scale: baselines/vllm_e2e.py
         from baselines.vllm_e2e import run as run_real
         return run_real(params, log)
-    size = dict(QUICK if params.quick else FULL)
-    size["short_requests"] = param(params, "short_requests", int, size["short_requests"])
-    size["long_requests"] = param(params, "long_requests", int, size["long_requests"])
-    link = params.extra.get("link", LINK_DEFAULT)
-    source = params.extra.get("source", "fitted")
-    pending, tasks = [], []  # (group, number of curve tasks, sweep links), in task order
-    for g in groups(size):
-        base = cluster(g["model"], GPU, g["num_gpus"], link=link, seed=params.seed)
-        make = lambda rate, g=g: workload(trace_id=g["trace_id"], num_requests=g["num_requests"], rate_per_s=rate,
-                                          seed=params.seed, source=source)
-        rates = rate_grid(nominal_rate_per_s(base, make(1.0)), size["multipliers"])
-        label = f"trace {g['trace_id']} {g['model']} {g['num_gpus']} GPUs"
-        log(f"{label}: rates {rates}")
-        curve = curve_tasks(("infinite-llm", g["baseline"]), base, make, rates, label)
-        links = size["sweep_links"] if g["panel"] == "10a" and g["num_gpus"] == size["instance_counts"][0] else ()
-        sweep_tasks = [PointTask("infinite-llm", cluster(g["model"], GPU, g["num_gpus"], link=sweep_link,
-                                                         seed=params.seed), curve[-1].requests, rates[-1],
-                                 f"{label} link {sweep_link}") for sweep_link in links]
-        tasks += curve + sweep_tasks
-        pending.append(({**g, "num_instances": base.num_instances, "tp": base.tp, "rates_per_s": rates},
-                        len(curve), links))
-    results = iter(run_tasks(tasks, log, default_workers(params)))
-    out, sweep = [], []
-    for g, num_curve, links in pending:
-        points = [next(results) for _ in range(num_curve)]
-        out.append({**g, "points": points, "max_tput_ratio": max_throughput_ratio(points, "infinite-llm",
-                                                                                  g["baseline"])})
-        rate = g["rates_per_s"][-1]
-        for sweep_link in links:
-            p = next(results)
-            sweep.append({"trace_id": g["trace_id"], "link": sweep_link, "rate_per_s": rate,
-                          "output_tok_s": p["output_tok_s"], "mean_norm_latency_s": p["mean_norm_latency_s"],
-                          "baseline_output_tok_s": max(q["output_tok_s"] for q in points
-                                                       if q["system"] == g["baseline"] and q["rate_per_s"] == rate)})
-    return {"gpu": GPU, "link": link, "source": source, "groups": out, "link_sweep": sweep}
+    link, source = params.extra["link"], params.extra["source"]
+    todo = curve_groups(params, sizes(params), link=link, source=source)
+    with point_pool(default_workers(params)) as pool:
+        out = run_curves(todo, seeds_of(params), log, pool)
+    return {"gpu": GPU, "link": link, "source": source, "groups": out}
+
+
+PAPER = {"10a": ("e2e-vs-vllm-m", "1.35x-1.73x", 1.35, 1.73), "10b": ("e2e-vs-vllm-s", "1.4x-3.4x", 1.4, 3.4)}
 
 
 def claims(results) -> list[ClaimRow]:
     from repro.experiments.figures import main_result
+    from repro.experiments.serving_claims import why_outside
     result = main_result(_not_vllm(results))
-    data = result["data"]
     rows = []
-    for claim_id, panel, paper, low, high in (("e2e-vs-vllm-m", "10a", "1.35x-1.73x", 1.35, 1.73),
-                                               ("e2e-vs-vllm-s", "10b", "1.4x-3.4x", 1.4, 3.4)):
-        for g in (g for g in data["groups"] if g["panel"] == panel):
-            ratio = g["max_tput_ratio"]
-            note = "" if ratio is None or low <= ratio <= high else _why(g)
-            rows.append(ClaimRow(claim_id, f"max tput ratio, trace {g['trace_id']}, {g['num_gpus']} GPUs "
-                                 f"({result['run_id']})", paper, low, high, ratio, "x", note))
+    for g in result["data"]["groups"]:
+        if g["panel"] not in PAPER:
+            continue
+        claim_id, paper, low, high = PAPER[g["panel"]]
+        ratio = g["max_tput_ratio"]
+        inside = ratio is not None and low <= ratio <= high
+        rows.append(ClaimRow(claim_id, f"max tput ratio, trace {g['trace_id']}, {g['num_gpus']} GPUs "
+                             f"({result['run_id']})", paper, low, high, ratio, "x",
+                             f"{ratio_text(g)}" + ("" if inside else "; " + why_outside(g, low, high))))
     return rows
-
-
-def _why(g) -> str:
-    inf = [p for p in g["points"] if p["system"] == "infinite-llm"]
-    base = [p for p in g["points"] if p["system"] == g["baseline"]]
-    return (f"simulated; {g['baseline']} rejected {max(p['num_rejected'] for p in base)} requests, "
-            f"Infinite-LLM moved {max(p['num_moved_blocks'] for p in inf)} blocks at most")
 
 
 def plot(results, figures_dir) -> list[str]:
@@ -111,4 +126,4 @@ def _not_vllm(results):
 
 
 EXPERIMENT = Experiment("e2e", ("infinite-llm Fig 10a", "infinite-llm Fig 10b"), "serving.schema.json", run,
-                        default_run_id, plot=plot, claims=claims, backends=("sim", "ray", "vllm"))
+                        default_run_id, plot=plot, claims=claims, backends=("sim", "ray", "vllm"), params=PARAMS)

@@ -1,62 +1,70 @@
 """e2e-datasets (distkv-llm Fig 8): throughput-latency on the 18 datasets of distkv-llm Table 2 against vLLM-S.
 
 Each dataset runs on its Table 2 row (model, GPUs): Infinite-LLM instances of `instance_tp` GPUs against one
-vLLM instance of all of them (the paper's baseline holds the same GPUs). Fewer requests than the paper's 1000
-per dataset (`--param num_requests=N`) to keep the run short; rates as in `e2e`.
-The points run in one process per core (`--param workers=N`; the numbers do not depend on it).
+vLLM instance of all of them (the paper's baseline holds the same GPUs). The curve method is
+serving_curves.py's (measured saturation, >= 6 rates, seeds, steady-state window, plateau); 200 requests per
+point by default (the paper used 1000: `--param num_requests=1000`, make fig8-distkv FIG8_PARAMS="...").
 """
+from functools import partial
+
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result
-from repro.experiments.serving import (LINK_DEFAULT, curve_tasks, default_workers, max_throughput_ratio,
-                                       nominal_rate_per_s, param, rate_grid, run_tasks, workload)
+from repro.experiments.params import Param, int_list
+from repro.experiments.serving import LINK_DEFAULT, default_workers, point_pool, typed, workload
+from repro.experiments.serving_curves import CurveGroup, ratio_text, run_curves
 from reference_impl.sim.systems import cluster
 from workloads.paper_tables import DATASETS
 
 GPU = "A100-80GB-SXM"
-FULL = dict(datasets=tuple(range(1, 19)), num_requests=12, multipliers=(0.5, 1.0, 2.0, 4.0))
-QUICK = dict(datasets=(1, 7), num_requests=10, multipliers=(1.0, 4.0))
+FULL = dict(datasets=tuple(range(1, 19)), num_requests=20)
+QUICK = dict(datasets=(1,), num_requests=20)
 PAPER_RANGES = {0.01: ("1.4x-2.4x", 1.4, 2.4), 0.10: ("1.1x-1.4x", 1.1, 1.4), 0.30: ("1.03x-1.3x", 1.03, 1.3)}
+PARAMS = (
+    Param("seeds", int, 3, "seeds per point (seed, seed+1, ...): lengths, arrivals and simulator"),
+    Param("num_requests", int, None, "requests per point (20; 20 with --quick; the paper used 1000)"),
+    Param("datasets", int_list, None, "only these dataset ids (default 1-18; 1 with --quick)"),
+    Param("link", str, LINK_DEFAULT, "inter-instance link: intra-node, inter-node or GB/s"),
+    Param("source", str, "fitted", "workload lengths", choices=("fitted", "auto")),
+    Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick)"),
+)
+
+
+def _requests(dataset_id: int, num_requests: int, source: str, rate_per_s: float, seed: int):
+    return workload(dataset_id=dataset_id, num_requests=num_requests, rate_per_s=rate_per_s, seed=seed,
+                    source=source)
 
 
 def run(params, log) -> dict:
+    params = typed("e2e-datasets", PARAMS, params)
     size = QUICK if params.quick else FULL
-    n = param(params, "num_requests", int, size["num_requests"])
-    link = params.extra.get("link", LINK_DEFAULT)
-    source = params.extra.get("source", "fitted")
-    groups, tasks = [], []
-    for dataset_id in size["datasets"]:
+    n = params.extra.get("num_requests") or size["num_requests"]
+    link, source = params.extra["link"], params.extra["source"]
+    todo = []
+    for dataset_id in params.extra.get("datasets") or size["datasets"]:
         row = DATASETS[dataset_id]
         model = row.model.lower()
         base = cluster(model, GPU, row.num_gpus, link=link, seed=params.seed)
-        make = lambda rate, d=dataset_id: workload(dataset_id=d, num_requests=n, rate_per_s=rate, seed=params.seed,
-                                                   source=source)
-        rates = rate_grid(nominal_rate_per_s(base, make(1.0)), size["multipliers"])
-        label = f"dataset {dataset_id} {model} {row.num_gpus} GPUs"
-        log(f"{label}: rates {rates}")
-        group_tasks = curve_tasks(("infinite-llm", "vllm-s"), base, make, rates, label)
-        tasks += group_tasks
-        groups.append(({"dataset_id": dataset_id, "long_ratio": row.long_ratio, "panel": "8", "model": model,
-                        "num_gpus": row.num_gpus, "num_instances": base.num_instances, "tp": base.tp,
-                        "baseline": "vllm-s", "num_requests": n, "rates_per_s": rates}, len(group_tasks)))
-    points = iter(run_tasks(tasks, log, default_workers(params)))
-    groups = [_with_points(g, [next(points) for _ in range(count)]) for g, count in groups]
-    return {"gpu": GPU, "link": link, "source": source, "groups": groups, "link_sweep": []}
-
-
-def _with_points(group: dict, points: list[dict]) -> dict:
-    return {**group, "points": points, "max_tput_ratio": max_throughput_ratio(points, "infinite-llm", "vllm-s")}
+        info = {"dataset_id": dataset_id, "long_ratio": row.long_ratio, "panel": "8", "model": model,
+                "num_gpus": row.num_gpus, "baseline": "vllm-s", "num_requests": n}
+        todo.append(CurveGroup(info, base, partial(_requests, dataset_id, n, source), ("infinite-llm", "vllm-s"),
+                               f"dataset {dataset_id} {model} {row.num_gpus} GPUs"))
+    seeds = tuple(params.seed + i for i in range(max(1, params.extra["seeds"])))
+    with point_pool(default_workers(params)) as pool:
+        groups = run_curves(todo, seeds, log, pool)
+    return {"gpu": GPU, "link": link, "source": source, "groups": groups}
 
 
 def claims(results) -> list[ClaimRow]:
+    from repro.experiments.serving_claims import why_outside
     result = main_result(results)
     rows = []
     for g in result["data"]["groups"]:
         paper, low, high = PAPER_RANGES[g["long_ratio"]]
         ratio = g["max_tput_ratio"]
+        inside = ratio is not None and low <= ratio <= high
         rows.append(ClaimRow("e2e-distkv", f"max tput vs vLLM-S, dataset {g['dataset_id']} "
                              f"({g['long_ratio']:.0%} long, {g['model']}, {g['num_gpus']} GPUs)", paper, low, high,
-                             ratio, "x", "" if ratio is None or low <= ratio <= high else
-                             f"simulated, {g['num_requests']} requests per point"))
+                             ratio, "x", ratio_text(g) + ("" if inside else "; " + why_outside(g, low, high))))
     return rows
 
 
@@ -66,4 +74,4 @@ def plot(results, figures_dir) -> list[str]:
 
 
 EXPERIMENT = Experiment("e2e-datasets", ("distkv-llm Fig 8",), "serving.schema.json", run, default_run_id,
-                        plot=plot, claims=claims)
+                        plot=plot, claims=claims, params=PARAMS)

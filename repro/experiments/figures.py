@@ -5,15 +5,18 @@ from pathlib import Path
 
 import matplotlib
 
+from reference_impl.atomic import umask_file_mode
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 
 def main_result(results: list[dict]) -> dict:
-    """The run a figure shows: the last full (non-quick) run, else the last run."""
+    """The run a figure shows: the last full (non-quick) run with default params, else the last full, else the last."""
     full = [r for r in results if not r["params"]["quick"]]
-    return (full or results)[-1]
+    default = [r for r in full if not r["params"].get("overrides")]
+    return (default or full or results)[-1]
 
 
 def new_figure(ncols: int = 1, width_in: float = 5.0, height_in: float = 3.6):
@@ -30,6 +33,7 @@ def save(fig, figures_dir: str, name: str, *, close: bool = True) -> list[str]:
     written = []
     for ext in ("png", "pdf"):
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=f".{ext}")
+        os.fchmod(fd, umask_file_mode())
         os.close(fd)
         try:
             fig.savefig(tmp, format=ext, dpi=150)

@@ -13,14 +13,17 @@ import time
 import pandas as pd
 
 from reference_impl.calibration import CalibratedPerfModel
-from reference_impl.errors import InputError
 from reference_impl.perf_model import InstanceLoad, step_time_s
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result, new_figure, save
+from repro.experiments.params import Param, positive_int
 
 MOVE_TOKENS = [0, 8, 16, 32, 64]
 LINKS = ["intra-node", "inter-node", "0.125"]
 LOCAL_MODEL = dict(vocab_size=512, hidden_size=512, intermediate_size=1376, num_layers=4, num_heads=8, num_kv_heads=8)
+BATCH_SIZE, CONTEXT_LEN = 64, 1000
+PARAMS = (Param("batch_size", positive_int, BATCH_SIZE, "requests decoding together in the modelled A100 instance"),
+          Param("context_len", positive_int, CONTEXT_LEN, "tokens of KV per request in the modelled instance"))
 
 
 def modelled(batch_size: int, context_len: int) -> list[dict]:
@@ -77,10 +80,7 @@ def measure_local(batch_size: int, prompt_len: int, steps_per_setting: int, seed
 
 
 def run(params, log) -> dict:
-    batch = int(params.extra.get("batch_size", 64))
-    context = int(params.extra.get("context_len", 1000))
-    if batch < 1 or context < 1:
-        raise InputError("--param batch_size= and context_len= must be >= 1")
+    batch, context = params.extra.get("batch_size", BATCH_SIZE), params.extra.get("context_len", CONTEXT_LEN)
     local_batch, prompt, steps = (2, 32, 2) if params.quick else (8, 256, 20)
     log(f"kv-move: local backend, batch {local_batch}, {steps} steps for each of {MOVE_TOKENS} tokens moved")
     measured = measure_local(local_batch, prompt, steps, params.seed)
@@ -124,4 +124,4 @@ def plot(results: list[dict], figures_dir: str) -> list[str]:
 
 
 EXPERIMENT = Experiment("kv-move", ("infinite-llm Fig 12a",), "kv_move.schema.json", run, default_run_id,
-                        plot=plot, claims=claims, backends=("local", "sim"))
+                        plot=plot, claims=claims, backends=("local", "sim"), params=PARAMS)

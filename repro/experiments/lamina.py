@@ -195,4 +195,4 @@ def plot(results, figures_dir) -> list[str]:
 
 
 EXPERIMENT = Experiment("lamina", ("lamina Fig 13",), "lamina.schema.json", run, default_run_id, plot=plot,
-                        claims=claims)
+                        claims=claims, params=())

@@ -9,10 +9,10 @@ from dataclasses import asdict, fields
 
 import pandas as pd
 
-from reference_impl.errors import InputError
 from reference_impl.migration import MigrationComparator, MigrationSetting
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result, new_figure, save
+from repro.experiments.params import Param, boolean, link, positive_float
 
 PAPER_CASES = [(105_000, 5_000), (100_000, 10_000), (90_000, 20_000), (80_000, 30_000)]
 PAPER_CAPACITY_TOKENS = 108_000  # distkv-llm section 6.3: defines the workload shape only
@@ -20,20 +20,20 @@ PAPER_SPEEDUPS = [3.5, 2.2, 1.6, 1.4]
 SWEEP_GB_S = [0.1, 0.3, 1.0, 3.0, 10.0]
 
 
+_D = MigrationSetting()
+ALIGN = True
+PARAMS = (Param("model", str, _D.model, "model of the calibrated cost model"),
+          Param("gpu", str, _D.gpu, "GPU of the calibrated cost model"),
+          Param("link", link, _D.link, "between the GPU and its neighbour / the new instance's GPUs"),
+          Param("object_store_gb_s", positive_float, _D.object_store_gb_s, "model download bandwidth (assumption)"),
+          Param("load_gb_s", positive_float, _D.load_gb_s, "weights file to GPU memory per GPU (assumption)"),
+          Param("trigger_fraction", float, _D.trigger_fraction, "share of the capacity that starts provisioning, (0, 1]"),
+          Param("move_tokens_per_step", int, _D.move_tokens_per_step, "KV tokens moved to the creditor per step"),
+          Param("align", boolean, ALIGN, "shift the paper's prompts so each request outgrows the modelled GPU"))
+
+
 def _setting(extra: dict) -> MigrationSetting:
-    kinds = {f.name: f.type for f in fields(MigrationSetting)}
-    values = {}
-    for key, text in extra.items():
-        if key == "align":
-            continue
-        if key not in kinds:
-            raise InputError(f"unknown --param {key}; migration takes {', '.join([*kinds, 'align'])}")
-        try:
-            kind = {"float": float, "int": int}.get(kinds[key], kinds[key])
-            values[key] = kind(text) if kind in (float, int) else text
-        except ValueError:
-            raise InputError(f"--param {key}= takes a number (got {text!r})") from None
-    return MigrationSetting(**values)
+    return MigrationSetting(**{f.name: extra[f.name] for f in fields(MigrationSetting) if f.name in extra})
 
 
 def cases(comparator: MigrationComparator, align: bool) -> list[tuple[int, int, int]]:
@@ -43,7 +43,7 @@ def cases(comparator: MigrationComparator, align: bool) -> list[tuple[int, int, 
 
 def run(params, log) -> dict:
     setting = _setting(params.extra)
-    align = params.extra.get("align", "true").lower() not in ("0", "false", "no")
+    align = params.extra.get("align", ALIGN)
     comp = MigrationComparator(setting)
     rows = []
     for prompt, output, paper_prompt in cases(comp, align):
@@ -106,4 +106,4 @@ def plot(results: list[dict], figures_dir: str) -> list[str]:
 
 
 EXPERIMENT = Experiment("migration", ("distkv-llm Fig 9",), "migration.schema.json", run, default_run_id,
-                        plot=plot, claims=claims, backends=("sim",))
+                        plot=plot, claims=claims, backends=("sim",), params=PARAMS)

@@ -114,4 +114,4 @@ def plot(results: list[dict], figures_dir: str) -> list[str]:
 
 
 EXPERIMENT = Experiment("motivation", ("infinite-llm Fig 1", "infinite-llm Fig 2"), "motivation.schema.json", run,
-                        default_run_id, plot=plot, claims=claims, backends=("sim",))
+                        default_run_id, plot=plot, claims=claims, backends=("sim",), params=())

@@ -10,12 +10,14 @@ For each k, k of the long request's blocks move to the creditor, then:
 """
 from reference_impl.algorithm1 import after_move, instance_tps
 from reference_impl.backends.sim import SimBackend, _PromptIds, build_engine
+from reference_impl.errors import InputError
 from reference_impl.sequence import Sequence, num_blocks_for
 from reference_impl.sim.config import SimConfig, blocks_per_instance
 from reference_impl.sim.metrics import RequestMetrics, SimResult
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result
-from repro.experiments.serving import LINK_DEFAULT, param
+from repro.experiments.params import LINK_HELP, Param, link, positive_int
+from repro.experiments.serving import LINK_DEFAULT
 
 SHORT_LEN = 500
 CREDITOR_BATCH = 64
@@ -23,6 +25,9 @@ NUM_QUEUED = 300
 WARMUP_STEPS = 3
 DECODE_STEPS = 8  # 500 + 3 + 8 tokens stay inside 4 blocks of 128: no request needs a new block
 NEVER = 10**9  # output length: nobody finishes during the measurement
+PARAMS = (Param("link", link, LINK_DEFAULT, LINK_HELP),
+          Param("long_len", positive_int, None, "tokens of the debtor's long request (default: what fills the "
+                                                "instance but room for 4 short requests)"))
 
 
 def build(config: SimConfig, long_len: int):
@@ -90,7 +95,10 @@ def run(params, log) -> dict:
     config = SimConfig(model="llama2-7b", num_instances=2, tp=1, link=link, seed=params.seed)
     capacity = blocks_per_instance(config)
     long_blocks = capacity - 4 * num_blocks_for(SHORT_LEN, config.block_size)  # room for a few short ones
-    long_len = param(params, "long_len", int, long_blocks * config.block_size)
+    long_len = params.extra.get("long_len") or long_blocks * config.block_size
+    if long_len > long_blocks * config.block_size:
+        raise InputError(f"--param long_len={long_len} does not fit the debtor beside 4 short requests: at most "
+                         f"{long_blocks * config.block_size} tokens on one {config.gpu}")
     k_max = min(num_blocks_for(long_len, config.block_size),
                 capacity - CREDITOR_BATCH * num_blocks_for(SHORT_LEN + WARMUP_STEPS + DECODE_STEPS, config.block_size))
     ks = sorted(set(range(0, k_max + 1, max(1, k_max // (8 if params.quick else 40)))) | {k_max})
@@ -139,4 +147,4 @@ def plot(results, figures_dir) -> list[str]:
 
 
 EXPERIMENT = Experiment("perf-model", ("infinite-llm Fig 7",), "perf_model.schema.json", run, default_run_id,
-                        plot=plot, claims=claims)
+                        plot=plot, claims=claims, params=PARAMS)

@@ -15,6 +15,8 @@ EXPERIMENTS = {
     "perf-model": "repro.experiments.perf_model_exp",
     "dgfm": "repro.experiments.dgfm",
     "lamina": "repro.experiments.lamina",
+    "sim-vs-real": "repro.experiments.sim_vs_real",
+    "sensitivity": "repro.experiments.sensitivity",
 }
 
 

@@ -124,4 +124,4 @@ def plot(results: list[dict], figures_dir: str) -> list[str]:
 
 
 EXPERIMENT = Experiment("remote-vs-local", ("distkv-llm Fig 12",), "remote_vs_local.schema.json", run,
-                        default_run_id, plot=plot, claims=claims, backends=("local", "sim"))
+                        default_run_id, plot=plot, claims=claims, backends=("local", "sim"), params=())

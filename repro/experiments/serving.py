@@ -1,7 +1,11 @@
-"""Shared by the serving experiments (e2e, e2e-datasets): rate grids, one simulated point, curve summaries."""
+"""Shared by the serving experiments (e2e, e2e-datasets, sensitivity): one simulated point, the process pool
+that runs many, and the parameters they share. The curve method (saturation search, rate grid, seeds, plateau)
+is in serving_curves.py; the summary and point record are reference_impl/sim/metrics.py's, for every backend."""
 import os
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import dataclass
 from multiprocessing import get_context
 
 import numpy as np
@@ -10,31 +14,12 @@ from reference_impl.backends.sim import simulate
 from reference_impl.errors import InputError
 from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
+from reference_impl.sim.metrics import ServingPoint
 from reference_impl.sim.systems import system_config
 from workloads import generate
 from workloads.generate import SourceOptions
 
 LINK_DEFAULT = "inter-node"  # Vidur's measured A100 DGX send/recv; the paper's "125MB/s" is a sweep point
-
-
-@dataclass(frozen=True, slots=True)
-class Point:
-    system: str
-    rate_per_s: float
-    num_requests: int
-    num_finished: int
-    num_rejected: int
-    num_unfinished: int
-    output_tok_s: float
-    window_tok_s: float
-    total_tok_s: float
-    mean_norm_latency_s: float | None
-    mean_latency_s: float | None
-    mean_ttft_s: float | None
-    makespan_s: float
-    num_preemptions: int
-    num_moved_blocks: int
-    sim_wall_s: float
 
 
 def workload(*, trace_id=None, dataset_id=None, num_requests: int, rate_per_s: float, seed: int, source: str):
@@ -43,9 +28,9 @@ def workload(*, trace_id=None, dataset_id=None, num_requests: int, rate_per_s: f
 
 
 def nominal_rate_per_s(config: SimConfig, requests) -> float:
-    """A rough saturation rate of the cluster for these lengths, from the cost model alone: per instance, a
-    request costs its prefill plus its share of decode steps at the largest batch that fits. Only a scale
-    for the rate grid (the same rates are used for every system)."""
+    """A rough saturation rate from the cost model alone (mean prompt and output, the largest batch that fits).
+    It overshoots on heavy-tailed traces (prefill attention is quadratic), so it only starts the measured
+    saturation search of serving_curves.py."""
     model = perf_model(config)
     prompt = float(np.mean([r.prompt_len for r in requests]))
     output = float(np.mean([r.output_len for r in requests]))
@@ -58,73 +43,94 @@ def nominal_rate_per_s(config: SimConfig, requests) -> float:
     return config.num_instances / (prefill_s + output * decode_s / batch)
 
 
-def run_point(system: str, base: SimConfig, requests, rate_per_s: float) -> Point:
-    import time
-
+def run_point(system: str, base: SimConfig, requests, rate_per_s: float, seed: int = 0) -> dict:
+    """One simulated point: `system` (a policy over `base`) serving `requests`; the schema's point record."""
     config = system_config(system, base)
     start = time.perf_counter()
     result = simulate(config, requests)
-    wall_s = time.perf_counter() - start
-    s = result.summary()
-    return Point(system, rate_per_s, s.num_requests, s.num_finished, s.num_rejected, s.num_unfinished,
-                 s.output_tok_s, s.window_tok_s, s.total_tok_s, s.mean_norm_latency_s, s.mean_latency_s, s.mean_ttft_s,
-                 s.makespan_s, sum(r.num_preemptions for r in result.requests), result.num_moved_blocks,
-                 round(wall_s, 3))
+    return ServingPoint.of_result(system, rate_per_s, result, wall_s=time.perf_counter() - start,
+                                  seed=seed).to_dict()
 
 
 @dataclass(frozen=True, slots=True)
 class PointTask:
-    """One simulated point to run: a system on a cluster, the requests, and the label its log line carries."""
+    """One simulated point to run: a system on a cluster, the requests, and the label its log line carries.
+    `runner` (a picklable callable taking the task) replaces run_point, e.g. for a calibration variant."""
     system: str
     base: SimConfig
     requests: tuple
     rate_per_s: float
     label: str
+    seed: int = 0
+    runner: object = None
+
+    @property
+    def cost(self) -> float:
+        """A rough cost for scheduling the longest points first: simulated steps grow with tokens."""
+        return float(sum(r.prompt_len + 4 * r.output_len for r in self.requests))
 
 
-def curve_tasks(systems, base: SimConfig, make_requests, rates_per_s, label: str) -> list[PointTask]:
-    """Every system at every rate on the same requests (lengths fixed by the seed, arrivals scaled)."""
-    tasks = []
-    for rate in rates_per_s:
-        requests = tuple(make_requests(rate))
-        tasks += [PointTask(system, base, requests, rate, label) for system in systems]
-    return tasks
+def _run_task(task: PointTask) -> dict:
+    if task.runner is not None:
+        return task.runner(task)
+    return run_point(task.system, task.base, task.requests, task.rate_per_s, task.seed)
 
 
-def _run_task(task: PointTask) -> Point:
-    return run_point(task.system, task.base, task.requests, task.rate_per_s)
+def _log_point(log, task: PointTask, p: dict) -> None:
+    log(f"  {task.label} {task.system:<13} seed {task.seed} rate {task.rate_per_s:9.4g}/s  "
+        f"{p['steady_output_tok_s']:9.1f} steady out tok/s  finished {p['num_finished']}/{p['num_requests']}  "
+        f"({p['sim_wall_s']:.1f} s)")
 
 
-def run_tasks(tasks: list[PointTask], log, workers: int = 1) -> list[dict]:
-    """The points of `tasks`, in order. workers > 1 runs them in that many processes: each point is a
-    deterministic simulation, so the numbers are the same whatever the count (only sim_wall_s differs)."""
-    def report(task, p):
-        log(f"  {task.label} {task.system:<13} rate {task.rate_per_s:8.4f}/s  {p.output_tok_s:9.1f} out tok/s  "
-            f"finished {p.num_finished}/{p.num_requests}  ({p.sim_wall_s:.1f} s)")
-        return asdict(p)
-
-    if workers <= 1 or len(tasks) <= 1:
-        return [report(t, _run_task(t)) for t in tasks]
+@contextmanager
+def point_pool(workers: int):
+    """A process pool for run_tasks (None for one worker: the points run in this process)."""
+    if workers <= 1:
+        yield None
+        return
     # spawn, not fork: the parent has torch (and its thread pools) loaded
-    with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=get_context("spawn")) as pool:
-        return [report(t, p) for t, p in zip(tasks, pool.map(_run_task, tasks))]
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        yield pool
+
+
+def run_tasks(tasks: list[PointTask], log, pool=None) -> list[dict]:
+    """The points of `tasks`, in order; in `pool` (point_pool) when given, longest first. Each point is a
+    deterministic simulation, so the numbers do not depend on the pool (only sim_wall_s differs)."""
+    if pool is None:
+        out = []
+        for task in tasks:
+            out.append(_run_task(task))
+            _log_point(log, task, out[-1])
+        return out
+    order = sorted(range(len(tasks)), key=lambda i: -tasks[i].cost)
+    futures = {pool.submit(_run_task, tasks[i]): i for i in order}
+    out = [None] * len(tasks)
+    for future in as_completed(futures):  # logged as they finish, returned in task order
+        i = futures[future]
+        out[i] = future.result()
+        _log_point(log, tasks[i], out[i])
+    return out
+
+
+def typed(name: str, declared: tuple, params):
+    """`params` with its --param values typed and defaulted (run_and_save does this already; a direct call of
+    an experiment's run with raw strings gets the same values)."""
+    from dataclasses import replace
+
+    from repro.experiments.params import parse_params
+    return replace(params, extra=parse_params(name, declared, params.extra, params.backend))
 
 
 def default_workers(params) -> int:
     """Processes for the simulated points: one per core for full runs, one for --quick (tests run those)."""
-    return param(params, "workers", int, 1 if params.quick else max(1, len(os.sched_getaffinity(0))))
-
-
-def max_throughput_ratio(points: list[dict], system: str, baseline: str) -> float | None:
-    best = {s: max((p["output_tok_s"] for p in points if p["system"] == s), default=0.0) for s in (system, baseline)}
-    return best[system] / best[baseline] if best[baseline] > 0 else None
-
-
-def rate_grid(nominal: float, multipliers) -> list[float]:
-    return [float(f"{nominal * m:.4g}") for m in multipliers]
+    workers = params.extra.get("workers")
+    if workers is not None:
+        return max(1, int(workers))
+    return 1 if params.quick else max(1, len(os.sched_getaffinity(0)))
 
 
 def param(params, key: str, cast, default):
+    """A legacy --param value (experiments that have not declared theirs in params.py get raw strings)."""
     raw = params.extra.get(key)
     if raw is None:
         return default

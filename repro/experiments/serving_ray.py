@@ -4,18 +4,31 @@ for real, against the clock, by Ray actors running a model (default the built-in
 A real run cannot hold the traces' lengths on a CPU, so each group's lengths are scaled so that its longest
 request has `max_tokens` tokens, and an instance holds `capacity_ratio` times that longest request (below 1:
 the long requests outgrow one instance, which is what KV pooling is for). Rates are real requests per second.
-Options (`--param`): model, max_tokens, capacity_ratio, block_size, rates (comma-separated), max_instances,
-requests, cpus_per_instance, gpus_per_instance. `num_gpus` of a group is the number of instances run.
+One seed; the summary and point record are the simulator's (reference_impl/sim/metrics.py). `num_gpus` of a
+group is the number of instances run.
 """
 import math
 import time
-from dataclasses import asdict
 
-from repro.experiments.serving import Point, max_throughput_ratio, param, workload
+from repro.experiments.params import Param, float_list
+from repro.experiments.serving import workload
+from reference_impl.sim.metrics import ServingPoint, best_ratio
 from workloads import Request
 
-QUICK = dict(max_tokens=48, rates="4", max_instances=2, requests=6, num_groups=1)
-FULL = dict(max_tokens=256, rates="0.5,1,2", max_instances=4, requests=40, num_groups=None)
+QUICK = dict(max_tokens=48, rates=(4.0,), max_instances=2, requests=6, num_groups=1)
+FULL = dict(max_tokens=256, rates=(0.5, 1.0, 2.0), max_instances=4, requests=40, num_groups=None)
+RAY = ("ray",)
+RAY_PARAMS = (
+    Param("model", str, "tiny", "model the Ray actors run", backends=RAY),
+    Param("max_tokens", int, None, "longest request after scaling (256; 48 with --quick)", backends=RAY),
+    Param("capacity_ratio", float, 0.75, "an instance's KV capacity over the longest request", backends=RAY),
+    Param("block_size", int, 8, "tokens per KV block", backends=RAY),
+    Param("rates", float_list, None, "request rates per second (0.5,1,2; 4 with --quick)", backends=RAY),
+    Param("max_instances", int, None, "most instances a group runs (4; 2 with --quick)", backends=RAY),
+    Param("requests", int, None, "requests per point (40; 6 with --quick)", backends=RAY),
+    Param("cpus_per_instance", float, 0.5, "CPUs per Ray actor", backends=RAY),
+    Param("gpus_per_instance", float, 0.0, "GPUs per Ray actor", backends=RAY),
+)
 
 
 def scaled(requests: list[Request], max_tokens: int) -> list[Request]:
@@ -32,17 +45,19 @@ def run_on_ray(params, log, groups: list[dict]) -> dict:
     from reference_impl.sequence import num_blocks_for
 
     size = QUICK if params.quick else FULL
-    model_spec = params.extra.get("model", "tiny")
-    max_tokens = param(params, "max_tokens", int, size["max_tokens"])
-    capacity_ratio = param(params, "capacity_ratio", float, 0.75)
-    block_size = param(params, "block_size", int, 8)
-    max_instances = param(params, "max_instances", int, size["max_instances"])
-    num_requests = param(params, "requests", int, size["requests"])
-    rates = [float(r) for r in str(params.extra.get("rates", size["rates"])).split(",")]
-    ray_config = RayConfig(address=params.address, cpus_per_instance=param(params, "cpus_per_instance", float, 0.5),
-                           gpus_per_instance=param(params, "gpus_per_instance", float, 0.0))
+    extra = params.extra
+    get = lambda key, default: default if extra.get(key) is None else extra[key]  # noqa: E731
+    model_spec = get("model", "tiny")
+    max_tokens = get("max_tokens", size["max_tokens"])
+    capacity_ratio = get("capacity_ratio", 0.75)
+    block_size = get("block_size", 8)
+    max_instances = get("max_instances", size["max_instances"])
+    num_requests = get("requests", size["requests"])
+    rates = list(get("rates", size["rates"]))
+    ray_config = RayConfig(address=params.address, cpus_per_instance=get("cpus_per_instance", 0.5),
+                           gpus_per_instance=get("gpus_per_instance", 0.0))
     model = resolve_model(model_spec, seed=params.seed)
-    source = params.extra.get("source", "fitted")
+    source = get("source", "fitted")
     started = init_ray(ray_config)
     out = []
     try:
@@ -58,22 +73,17 @@ def run_on_ray(params, log, groups: list[dict]) -> dict:
                     config = system_config(system, num_instances, blocks, block_size, seed=params.seed)
                     t0 = time.perf_counter()
                     result = serve(model, requests, config, ray_config, seed=params.seed)
-                    s = result.summary()
-                    p = Point(system, rate, s.num_requests, s.num_finished, s.num_rejected, s.num_unfinished,
-                              s.output_tok_s, s.completion_tok_s, s.total_tok_s, s.mean_norm_latency_s,
-                              s.mean_latency_s, s.mean_ttft_s, s.makespan_s,
-                              sum(r.num_preemptions for r in result.requests), result.num_moved_blocks,
-                              round(time.perf_counter() - t0, 3))
-                    log(f"  {label} {system:<13} rate {rate:g}/s  {p.output_tok_s:8.1f} out tok/s  "
-                        f"finished {p.num_finished}/{p.num_requests}, rejected {p.num_rejected}")
-                    points.append(asdict(p))
+                    p = ServingPoint.of_result(system, rate, result, wall_s=time.perf_counter() - t0,
+                                               seed=params.seed).to_dict()
+                    log(f"  {label} {system:<13} rate {rate:g}/s  {p['output_tok_s']:8.1f} out tok/s  "
+                        f"finished {p['num_finished']}/{p['num_requests']}, rejected {p['num_rejected']}")
+                    points.append(p)
             out.append({**g, "model": model_spec, "num_gpus": num_instances, "num_instances": num_instances, "tp": 1,
                         "num_requests": num_requests, "rates_per_s": rates, "points": points,
-                        "max_tput_ratio": max_throughput_ratio(points, "infinite-llm", g["baseline"])})
+                        "max_tput_ratio": best_ratio(points, "infinite-llm", g["baseline"])})
     finally:
         if started:
             import ray
             ray.shutdown()
     device = "GPU" if ray_config.gpus_per_instance else "CPU"
-    return {"gpu": f"Ray actors on {device}", "link": "Ray object store", "source": source, "groups": out,
-            "link_sweep": []}
+    return {"gpu": f"Ray actors on {device}", "link": "Ray object store", "source": source, "groups": out}

@@ -1,0 +1,90 @@
+"""Serving on the wall clock, for any engine with `add_request(seq) -> inst_id`, `has_work` and `step() -> finished`.
+
+Each request joins the engine at its arrival time (between steps, as the simulator's instances pick up arrivals
+at their next step), the engine steps while there is work, and the loop sleeps to the next arrival when idle.
+The records are the simulator's (`sim/metrics.py`), so a real run and a simulated run summarise alike. The
+engine must keep the `Sequence` objects it is given up to date (the local engine mutates them in place).
+"""
+import time
+
+from reference_impl.errors import InputError
+from reference_impl.sequence import Sequence
+from reference_impl.sim.metrics import FINISHED, REJECTED, RequestMetrics, SimResult
+
+
+class CpuClock:
+    """This process's CPU time as the clock, idle time skipped: a run on a CPU shared with other work, timed as if
+    the core were its own (time spent waiting for a core does not count). `sleep` advances it without waiting."""
+
+    def __init__(self):
+        self.skipped_s = 0.0
+
+    def __call__(self) -> float:
+        return time.process_time() + self.skipped_s
+
+    def sleep(self, seconds: float) -> None:
+        self.skipped_s += seconds
+
+
+def make_clock(name: str):
+    """(clock, sleep) of "wall" (time.perf_counter) or "cpu" (CpuClock)."""
+    if name == "wall":
+        return time.perf_counter, time.sleep
+    if name == "cpu":
+        clock = CpuClock()
+        return clock, clock.sleep
+    raise InputError(f"unknown clock {name!r}; choose wall or cpu")
+
+
+CLOCKS = ("wall", "cpu")
+
+
+def serve_on_clock(engine, requests, prompts: list[list[int]], *, time_limit_s: float,
+                   clock=time.perf_counter, sleep=time.sleep) -> SimResult:
+    """Serve `requests` (req_id, arrival_s, prompt_len, output_len) with `prompts[i]` the token ids of
+    requests[i]; each generates exactly its output_len tokens. A request the engine refuses (InputError) is
+    rejected; those still running at `time_limit_s` stay unfinished."""
+    records = [RequestMetrics(r.req_id, r.arrival_s, r.prompt_len, r.output_len) for r in requests]
+    result = SimResult(records)
+    order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, requests[i].req_id))
+    admitted: list[tuple[Sequence, RequestMetrics]] = []
+    live: dict[int, tuple[Sequence, RequestMetrics]] = {}
+    t0 = clock()
+    next_i = 0
+    while True:
+        now_s = clock() - t0
+        while next_i < len(order) and requests[order[next_i]].arrival_s <= now_s:
+            i = order[next_i]
+            next_i += 1
+            seq = Sequence(requests[i].req_id, prompts[i], requests[i].output_len)
+            try:
+                records[i].inst_id = engine.add_request(seq)
+            except InputError:
+                records[i].status = REJECTED
+                continue
+            live[seq.req_id] = (seq, records[i])
+            admitted.append(live[seq.req_id])
+        if now_s > time_limit_s:
+            break
+        if not engine.has_work:
+            if next_i == len(order):
+                break
+            sleep(max(0.0, requests[order[next_i]].arrival_s - now_s))
+            continue
+        before = sum(len(seq.output_ids) for seq, _ in live.values())
+        finished = engine.step()
+        end_s = clock() - t0
+        result.step_tokens.append(sum(len(seq.output_ids) for seq, _ in live.values()) - before)
+        result.step_end_s.append(end_s)
+        result.step_inst.append(-1)  # one engine step covers every instance
+        for seq, record in live.values():
+            if seq.output_ids and record.first_token_s is None:
+                record.first_token_s = end_s
+        for seq in finished:
+            _, record = live.pop(seq.req_id)
+            record.status, record.finish_s = FINISHED, end_s
+    for seq, record in admitted:
+        record.num_preemptions = seq.num_preemptions
+    result.num_steps = getattr(engine, "num_steps", len(result.step_end_s))
+    result.end_s = clock() - t0
+    return result

@@ -1,0 +1,66 @@
+"""Where the Ray backend runs: a private Ray started here or an existing cluster, and how instances are placed."""
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+
+import reference_impl
+from reference_impl.errors import InputError
+
+STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+@dataclass(frozen=True, slots=True)
+class RayConfig:
+    address: str | None = None  # None or "local": start a private Ray here; else join the cluster there
+    num_cpus: int = 2  # CPUs of a private Ray
+    cpus_per_instance: float = 0.5  # placement-group bundle of one instance
+    gpus_per_instance: float = 0.0  # > 0: one GPU group per instance, the model and KV on its GPU, NCCL
+    placement_strategy: str = "PACK"
+    timeout_s: float = 120.0  # waiting for the placement group, a restarting gManager, a silent actor
+    dist_timeout_s: float = 60.0  # a data-plane operation waiting on a peer longer than this fails the group
+    gmanager_interval_s: float = 0.05  # between the gManager's rounds (when the engine config asks for rounds)
+
+    def __post_init__(self):
+        if self.num_cpus < 1 or self.cpus_per_instance <= 0 or self.gpus_per_instance < 0:
+            raise InputError("Ray needs >= 1 CPU, a positive CPU share per instance and >= 0 GPUs per instance")
+        if self.placement_strategy not in STRATEGIES:
+            raise InputError(f"placement strategy must be one of {', '.join(STRATEGIES)}")
+        if self.dist_timeout_s <= 0 or self.gmanager_interval_s <= 0:
+            raise InputError("the data-plane timeout and the gManager interval must be > 0 s")
+
+    @property
+    def is_private(self) -> bool:
+        return self.address in (None, "local")
+
+
+def check_reachable(address: str, timeout_s: float) -> None:
+    """A quick TCP probe of HOST:PORT (or ray://HOST:PORT): Ray itself retries an unreachable head for minutes."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if address == "auto" or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=min(timeout_s, 10.0)).close()
+    except OSError as err:
+        raise InputError(f"cannot reach the Ray cluster at {address!r}: {err}; start it with "
+                         f"`ray start --head --port {port}` or check --address") from None
+
+
+def init_ray(rc: RayConfig) -> bool:
+    """Start or join Ray; True when this call started it (the caller shuts it down). A private Ray's workers
+    inherit this process's environment (PYTHONPATH included); a remote cluster gets this package shipped as a
+    py_module, so its nodes need only Python, torch and ray."""
+    if ray.is_initialized():
+        return False
+    kwargs = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": False}
+    package = str(Path(reference_impl.__file__).parent)
+    if rc.is_private:
+        ray.init(address="local", num_cpus=rc.num_cpus, **kwargs)  # never a cluster `ray start` left here
+        return True
+    check_reachable(rc.address, rc.timeout_s)
+    try:
+        ray.init(address=rc.address, runtime_env={"py_modules": [package]}, **kwargs)
+    except (ConnectionError, ValueError, RuntimeError) as err:
+        raise InputError(f"cannot join the Ray cluster at {rc.address!r}: {err}".splitlines()[0]) from None
+    return True

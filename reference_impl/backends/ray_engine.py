@@ -1,0 +1,232 @@
+"""The driver of the Ray backend: it starts the actors, dispatches arrivals and collects tokens; it runs no step.
+
+Each instance actor runs its own serving loop (ray_loop.py), the gManager actor its own rounds
+(ray_gmanager.py). Dispatch is the engine's rule (the instance with the most free memory, engine.py), on the
+instances' latest published status plus what was sent to them since.
+
+Failures: a gManager that Ray restarts is rebuilt from full heartbeats (the instances notice its new boot id).
+A dead instance breaks the data-plane group; the survivors stop, the driver forms a new group without it, the
+survivors recompute their running requests and free what the dead instance's requests held, and the requests
+homed on it are re-dispatched with the tokens generated so far (or fail with a reason when they no longer fit).
+"""
+import time
+from dataclasses import replace
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from reference_impl.backends.ray_actors import InstanceActor
+from reference_impl.backends.ray_cluster import RayConfig
+from reference_impl.backends.ray_dataplane import GroupSpec
+from reference_impl.backends.ray_gmanager import GManagerActor
+from reference_impl.engine import Engine, EngineConfig
+from reference_impl.errors import InputError
+from reference_impl.gmanager import GManagerConfig
+from reference_impl.model import LlamaModel
+from reference_impl.sequence import Sequence, Status, num_blocks_for
+
+DEATH_GRACE_S = 5.0  # a broken data-plane group with every instance alive this long is a bug, not a failure
+STALL_S = 5.0  # nothing runs anywhere while requests wait this long: the memory budget cannot admit them
+
+
+class RayEngine:
+    """Instances and the gManager as Ray actors; `shutdown()` ends them."""
+
+    def __init__(self, config: EngineConfig, model: LlamaModel, ray_config: RayConfig = RayConfig(), *,
+                 gmanager_config: GManagerConfig | None = None, perf_model=None):
+        self.config = config
+        self.ray_config = rc = ray_config
+        self.mirror: dict[int, Sequence] = {}  # req_id -> the caller's Sequence, tokens mirrored as they come
+        self.home_of: dict[int, int] = {}
+        self.failed: dict[int, str] = {}  # req_id -> why it could not finish
+        self.done: set[int] = set()
+        self.num_instance_failures = 0
+        self.sent: dict[int, list[int]] = {}  # inst_id -> blocks of each request dispatched to it, in order
+        self.snapshots: dict[int, dict] = {}
+        bundle = {"CPU": rc.cpus_per_instance, **({"GPU": rc.gpus_per_instance} if rc.gpus_per_instance else {})}
+        self.pg = placement_group([dict(bundle) for _ in range(config.num_instances)], rc.placement_strategy)
+        self.actors, self.gm_actor = {}, None
+        try:
+            ray.get(self.pg.ready(), timeout=rc.timeout_s)
+        except GetTimeoutError:
+            self.shutdown()
+            raise InputError(f"the Ray cluster cannot place {config.num_instances} instances of {bundle} "
+                             f"({rc.placement_strategy}) within {rc.timeout_s:.0f} s; "
+                             f"see `ray status`, or lower --instances") from None
+        model_ref = ray.put(model)
+        device = "cuda" if rc.gpus_per_instance else "cpu"
+        self.actors = {i: InstanceActor.options(
+            num_cpus=rc.cpus_per_instance, num_gpus=rc.gpus_per_instance,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
+        ).remote(i, model_ref, config, device) for i in range(config.num_instances)}
+        gm_config = gmanager_config or GManagerConfig(block_size=config.block_size)
+        interval_s = rc.gmanager_interval_s if config.pooling and config.gmanager_interval_steps else 0.0
+        self.gm_actor = GManagerActor.options(max_restarts=-1, num_cpus=0).remote(
+            gm_config, perf_model, self.actors, interval_s, config.dgfm, config.seed)
+        self.backend = "nccl" if rc.gpus_per_instance else "gloo"
+        spec = self._group_spec(sorted(self.actors))
+        ray.get([a.start.remote(self.actors, self.gm_actor, spec) for a in self.actors.values()])
+        self.sent = {i: [] for i in self.actors}
+
+    def _group_spec(self, members: list[int]) -> GroupSpec:
+        address = ray.get(self.actors[members[0]].free_address.remote())
+        return GroupSpec(address, tuple(members), self.backend, self.ray_config.dist_timeout_s)
+
+    # --- dispatch and results
+    def add_request(self, seq: Sequence, inst_id: int | None = None) -> int:
+        """Dispatch as `Engine.add_request` (or to `inst_id`); the actor gets a copy, `seq` receives its tokens."""
+        Engine.check_fits(self, seq)
+        blocks = num_blocks_for(seq.num_tokens, self.config.block_size)
+        if inst_id is None:
+            inst_id = max(self.actors, key=lambda i: (self._free_blocks(i), -i))
+        self.mirror[seq.req_id] = seq
+        self.home_of[seq.req_id] = inst_id
+        self.sent[inst_id].append(blocks)
+        self.actors[inst_id].add_request.remote(seq)
+        return inst_id
+
+    def _free_blocks(self, inst_id: int) -> float:
+        snap = self.snapshots.get(inst_id, {})
+        status = snap.get("status")
+        seen = snap.get("num_added", 0)
+        unseen = sum(self.sent[inst_id][seen:])
+        if status is None:
+            return self.config.blocks_per_instance_total - unseen
+        return status.num_free_blocks - status.num_waiting * status.mean_waiting_blocks - unseen
+
+    def poll(self) -> list[Sequence]:
+        """Collect new tokens and finished requests from every instance; recover from a failure if one shows."""
+        futures = {i: a.take_results.remote() for i, a in self.actors.items()}
+        finished, broken = [], False
+        for inst_id, future in futures.items():
+            try:
+                tokens, done, snapshot = ray.get(future, timeout=self.ray_config.timeout_s)
+            except (RayActorError, GetTimeoutError):
+                broken = True
+                continue
+            self.snapshots[inst_id] = snapshot
+            broken |= snapshot.get("state") == "broken"
+            for req_id, (first, new) in tokens.items():
+                seq = self.mirror[req_id]
+                seq.output_ids[first:] = new
+            for req_id, placement, num_preemptions in done:
+                seq = self.mirror[req_id]
+                seq.status, seq.placement, seq.num_preemptions = Status.FINISHED, placement, num_preemptions
+                self.done.add(req_id)
+                finished.append(seq)
+        if broken:
+            self.recover()
+        return finished
+
+    @property
+    def has_work(self) -> bool:
+        return len(self.done) + len(self.failed) < len(self.mirror)
+
+    def run(self, on_poll=None, poll_s: float = 0.005) -> list[Sequence]:
+        """Collect until every dispatched request finished or failed; `on_poll(engine)` runs after each poll."""
+        finished, stalled_since = [], None
+        while self.has_work:
+            finished += self.poll()
+            if on_poll is not None:
+                on_poll(self)
+            idle = all(s.get("num_running", 0) == 0 and s.get("num_moves", 0) == 0 for s in self.snapshots.values())
+            waiting = any(s.get("num_waiting", 0) for s in self.snapshots.values())
+            stalled_since = (stalled_since or time.monotonic()) if idle and waiting else None
+            if stalled_since and time.monotonic() - stalled_since > STALL_S:
+                raise InputError("no request can be admitted with this memory budget; raise --blocks-per-instance")
+            time.sleep(poll_s)
+        return finished
+
+    # --- failures
+    def _alive(self, inst_id: int) -> bool:
+        try:
+            ray.get(self.actors[inst_id].snapshot.remote(), timeout=self.ray_config.timeout_s)
+            return True
+        except (RayActorError, GetTimeoutError):
+            return False
+
+    def recover(self) -> None:
+        """Form a new data-plane group of the live instances, re-dispatch the requests homed on dead ones."""
+        deadline = time.monotonic() + DEATH_GRACE_S
+        dead = [i for i in self.actors if not self._alive(i)]
+        while not dead:  # a peer's broken connection can show before its actor's death does
+            if time.monotonic() > deadline:
+                errors = {i: s.get("error") for i, s in self.snapshots.items() if s.get("state") == "broken"}
+                raise RuntimeError(f"an instance loop failed with every instance alive: {errors}")
+            time.sleep(0.05)
+            dead = [i for i in self.actors if not self._alive(i)]
+        survivors = sorted(set(self.actors) - set(dead))
+        deadline = time.monotonic() + self.ray_config.dist_timeout_s + self.ray_config.timeout_s
+        while survivors and any(ray.get(self.actors[i].snapshot.remote()).get("state") != "broken"
+                                for i in survivors):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the surviving instances did not leave the broken data-plane group")
+            time.sleep(0.01)
+        self.num_instance_failures += len(dead)
+        orphans = [s for s in self.mirror.values() if self.home_of.get(s.req_id) in dead
+                   and s.req_id not in self.done and s.req_id not in self.failed]
+        ray.get(self.gm_actor.drop_instances.remote(dead))
+        for d in dead:
+            del self.actors[d]
+            self.sent.pop(d)
+            self.snapshots.pop(d, None)
+        if survivors:
+            spec = self._group_spec(survivors)
+            ray.get([self.actors[i].reform.remote(spec, dead, [s.req_id for s in orphans]) for i in survivors])
+        self.config = replace(self.config, num_instances=max(1, len(survivors)))
+        for seq in self.mirror.values():  # recomputed from scratch on fewer instances: some may not fit any more
+            if seq.req_id in self.done or seq.req_id in self.failed or seq in orphans:
+                continue
+            try:
+                Engine.check_fits(self, seq)
+            except InputError as err:
+                self.failed[seq.req_id] = f"instance {', '.join(map(str, dead))} died; {err}"
+                self.actors[self.home_of[seq.req_id]].abort.remote(seq.req_id)
+        for seq in orphans:
+            seq.status = Status.WAITING
+            seq.num_preemptions += 1
+            try:
+                if not survivors:
+                    raise InputError("no instance is left")
+                self.add_request(seq)
+            except InputError as err:
+                self.failed[seq.req_id] = f"instance {', '.join(map(str, dead))} died; {err}"
+
+    # --- observation and test hooks
+    def stats(self) -> dict[int, dict]:
+        return {i: s["stats"] for i, s in self.snapshots.items() if "stats" in s}
+
+    def usage(self) -> dict[int, dict]:
+        """Per live instance: used rBlocks, reservations, pending moves, tables (all empty when idle)."""
+        snaps = ray.get([a.snapshot.remote() for a in self.actors.values()])
+        keys = ("num_used", "reserved", "num_moves", "num_tables")
+        return {i: {k: s[k] for k in keys} for i, s in zip(self.actors, snaps)}
+
+    @property
+    def num_steps(self) -> int:
+        return max((s["num_steps"] for s in self.stats().values()), default=0)
+
+    def num_moved_blocks(self) -> int:
+        """rBlocks copied between instances so far (moves, recalls, DGFM swaps), over the live instances."""
+        return sum(s["num_copied_blocks"] for s in self.stats().values())
+
+    def pause(self) -> None:
+        """Hold every loop before its next control phase (no control phase runs anywhere until `resume`)."""
+        ray.get(self.actors[min(self.actors)].pause.remote())
+
+    def resume(self) -> None:
+        ray.get(self.actors[min(self.actors)].resume.remote())
+
+    def restart_gmanager(self) -> None:
+        """Kill the gManager actor; Ray restarts it and the instances send it their full state."""
+        ray.kill(self.gm_actor, no_restart=False)
+
+    def shutdown(self) -> None:
+        for actor in self.actors.values():
+            actor.stop.remote()
+        for actor in [*self.actors.values(), self.gm_actor]:
+            if actor is not None:
+                ray.kill(actor, no_restart=True)
+        remove_placement_group(self.pg)

@@ -1,0 +1,129 @@
+"""What the engine spends per step beyond the cost model's layer terms, measured through the real engine.
+
+The model (random weights, `spec`'s shape) runs in the real `Engine` on the `LocalBackend`, in a closed loop:
+decode steps of a batch of b requests at a fixed context, and prefill steps of k prompts of a typical length
+(the cost model sees a prefill step's tokens, not its prompts: the per-prompt costs are taken at that length). Each step
+is timed, and so is the model's forward pass inside it. Per step:
+
+    outside_s  = step - forward: scheduler, heartbeats, gManager, the KV layer's plan, LM head, sampling, Python
+    in_layer_s = forward - the cost model's layer terms for that step (the op-level profile: non-attention ops,
+                 KV read, prefill attention): what the engine's real layers cost beyond those ops (the KV write,
+                 the attention call's fixed cost, unfused projections), the embedding and the final norm
+
+The cost model adds their sum to each step (calibration/overhead.py). Both parts are kept in the file.
+"""
+import time
+
+import numpy as np
+import torch
+
+from reference_impl.calibration.curve import Curve, round_sig
+from reference_impl.calibration.fit import curve_entry
+from reference_impl.calibration.specs import ModelSpec
+from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
+
+MIN_OVERHEAD_S = 1e-7  # a curve needs positive values; an engine faster than the layer terms gets ~0
+
+
+def engine_model_config(spec: ModelSpec, num_layers: int | None = None):
+    """The engine's ModelConfig of `spec` (all its layers by default)."""
+    from reference_impl.model import ModelConfig
+
+    return ModelConfig(vocab_size=spec.vocab, hidden_size=spec.hidden, intermediate_size=spec.intermediate,
+                       num_layers=spec.num_layers if num_layers is None else num_layers, num_heads=spec.num_heads,
+                       num_kv_heads=spec.num_kv_heads)
+
+
+class _TimedForward:
+    """Wraps model.forward; `last_s` is the duration of the latest call (synchronised on a GPU)."""
+
+    def __init__(self, model, device: torch.device, now=time.perf_counter):
+        self.forward, self.device, self.now, self.last_s = model.forward, device, now, 0.0
+
+    def __call__(self, *args):
+        _sync(self.device)
+        start = self.now()
+        out = self.forward(*args)
+        _sync(self.device)
+        self.last_s = self.now() - start
+        return out
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed_step(engine, timer: _TimedForward) -> tuple[float, float]:
+    """(step seconds, forward seconds) of one engine step."""
+    _sync(timer.device)
+    start = timer.now()
+    engine.step()
+    _sync(timer.device)
+    return timer.now() - start, timer.last_s
+
+
+def measure_overhead(spec: ModelSpec, layers, *, batches, prompt_len: int, prefill_seqs, context_tokens: int,
+                     repeats: int, device: torch.device, dtype: torch.dtype, seed: int, source: str,
+                     now=time.perf_counter) -> dict:
+    """{"decode": curve over batch size, "prefill": curve over a step's prompt tokens (k prompts of `prompt_len`),
+    each with its two parts} in seconds
+    per step. `layers`: the cost model of the op-level profile (a PerfModel without step overhead)."""
+    from reference_impl.backends.local import LocalBackend, to_device
+    from reference_impl.engine import Engine, EngineConfig
+    from reference_impl.model import random_model
+    from reference_impl.sequence import Sequence, num_blocks_for
+
+    model = to_device(random_model(engine_model_config(spec), seed, dtype), device)
+    timer = _TimedForward(model, device, now)
+    model.forward = timer
+    block_size = EngineConfig().block_size
+    rng = np.random.default_rng(seed)
+
+    def engine_for(num_blocks: int, max_batch: int) -> Engine:
+        config = EngineConfig(1, num_blocks, max_batch_size=max_batch, seed=seed)
+        return Engine(config, LocalBackend(model, config, device=device))
+
+    decode = []  # (outside_s, in_layer_s) medians per batch
+    for b in batches:
+        engine = engine_for(b * num_blocks_for(context_tokens + repeats + 2, block_size) + 1, b)
+        for i in range(b):
+            engine.add_request(Sequence(i, rng.integers(0, spec.vocab, context_tokens).tolist(), repeats + 2))
+        engine.step()  # the prefill of all b
+        engine.step()  # warm-up decode
+        rows = []
+        for _ in range(repeats):
+            kv_tokens = engine.instances[0].rm.pool.num_used * block_size  # what the simulator counts
+            step_s, forward_s = _timed_step(engine, timer)
+            rows.append((step_s - forward_s, forward_s - step_time_s(layers, InstanceLoad(b, kv_tokens))))
+        decode.append(np.median(rows, axis=0))
+    engine = engine_for(max(prefill_seqs) * num_blocks_for(prompt_len, block_size) + 1, max(prefill_seqs))
+    prefill = []
+    for k in prefill_seqs:
+        load = InstanceLoad(0, 0, prefill_tokens=k * prompt_len, prefill_attn_pairs=k * causal_prefill_pairs(prompt_len))
+        rows = []
+        for r in range(repeats + 1):  # requests finished at their prefill; the first sample warms up
+            for i in range(k):
+                engine.add_request(Sequence(r * k + i, rng.integers(0, spec.vocab, prompt_len).tolist(), 1))
+            step_s, forward_s = _timed_step(engine, timer)
+            rows.append((step_s - forward_s, forward_s - step_time_s(layers, load)))
+        prefill.append(np.median(rows[1:], axis=0))
+    tokens = [k * prompt_len for k in prefill_seqs]
+    return {"decode": _entry(batches, decode, source), "prefill": _entry(tokens, prefill, source),
+            "derivation": f"real Engine + LocalBackend of {spec.name} (random weights): step time minus the op-level "
+                          f"layer terms; decode at {context_tokens} tokens of context, prefill of "
+                          f"{list(prefill_seqs)} prompts of {prompt_len} tokens; median of {repeats} steps"}
+
+
+def _entry(xs, parts, source: str) -> dict:
+    """A straight line through the medians (a fixed cost plus one per request or token: single steps on a shared
+    machine are too noisy for a knot per point), as a two-knot curve over the measured range."""
+    outside, in_layer = (np.array([p[i] for p in parts]) for i in range(2))
+    total = outside + in_layer
+    slope, intercept = np.polyfit(xs, total, 1) if len(xs) > 1 else (0.0, float(total[0]))
+    ends = (xs[0], xs[-1]) if len(xs) > 1 else (xs[0],)
+    curve = Curve(tuple(float(x) for x in ends),
+                  tuple(round_sig(max(MIN_OVERHEAD_S, intercept + slope * x)) for x in ends))
+    return {**curve_entry(curve, xs, np.maximum(total, MIN_OVERHEAD_S), source),
+            "outside_forward_s": [float(f"{v:.6g}") for v in outside],
+            "in_layers_s": [float(f"{v:.6g}") for v in in_layer]}

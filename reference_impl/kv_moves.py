@@ -1,0 +1,160 @@
+"""KV movement of one rManager's home requests, and the debtor/creditor policy of infinite-llm 5.2 on it.
+
+A move takes blocks of one home request from a source (the home itself, one creditor, or any creditor)
+to a destination that reserved the room with `try_move_kvcache`; `advance_moves` copies a few blocks per
+engine step through the backend's `copy_blocks`, so the gManager's map (heartbeats) and the debt ledger
+follow every block. On top of it:
+- creditor reclaim (`reclaim_lent`): a creditor short of room asks the homes of the requests it hosts to
+  take their blocks home, else to another creditor;
+- debtor retrieval (`retrieve`): a debtor with room brings its offloaded blocks home.
+"""
+from dataclasses import dataclass
+
+ANY_REMOTE = -1  # a move's source: any instance but the home (a recall)
+
+
+@dataclass(slots=True)
+class KVMove:
+    req_id: int
+    dst_inst: int
+    num_blocks: int  # still to move
+    src_inst: int = ANY_REMOTE  # where the blocks come from; set by move_kvcache
+
+
+class KVMoves:
+    """Mixed into RManager: its home requests' moves (`moves`, indexed by request)."""
+
+    @property
+    def moves(self) -> list[KVMove]:
+        return self._moves
+
+    @moves.setter
+    def moves(self, moves) -> None:
+        self._moves = list(moves)
+        self._moves_by_req: dict[int, list[KVMove]] = {}
+        for m in self._moves:
+            self._moves_by_req.setdefault(m.req_id, []).append(m)
+
+    def _add_move(self, move: KVMove) -> None:
+        self._moves.append(move)
+        self._moves_by_req.setdefault(move.req_id, []).append(move)
+
+    def _drop_move(self, move: KVMove) -> None:
+        self._moves.remove(move)
+        same = self._moves_by_req[move.req_id]
+        same.remove(move)
+        if not same:
+            del self._moves_by_req[move.req_id]
+
+    def move_kvcache(self, req_id: int, num_blocks: int, dst_inst: int, src_inst: int | None = None) -> bool:
+        """Start moving `num_blocks` of a home request to `dst_inst` (home: recall remote blocks) from
+        `src_inst` (None: from home, or from any creditor for a recall). Reserves on the destination first;
+        a refused or impossible move returns False and waits."""
+        if req_id not in self.tables or req_id in self.frozen or dst_inst not in self.peers:
+            return False
+        src = (ANY_REMOTE if dst_inst == self.inst_id else self.inst_id) if src_inst is None else src_inst
+        if src == dst_inst or (self.exclusive_roles and dst_inst != self.inst_id and self.is_creditor):
+            return False
+        num_blocks = min(num_blocks, self._num_movable(req_id, src) - self.num_moving(req_id, src))
+        if num_blocks <= 0 or not self.peers[dst_inst].try_move_kvcache(req_id, num_blocks):
+            return False
+        self._add_move(KVMove(req_id, dst_inst, num_blocks, src))
+        return True
+
+    def num_moving(self, req_id: int, src_inst: int) -> int:
+        """Blocks of home request `req_id` that pending moves will still take from `src_inst`."""
+        moves = self._moves_by_req.get(req_id, ())
+        if src_inst == ANY_REMOTE:
+            return sum(m.num_blocks for m in moves if m.src_inst != self.inst_id)
+        overlaps = (src_inst, ANY_REMOTE) if src_inst != self.inst_id else (src_inst,)
+        return sum(m.num_blocks for m in moves if m.src_inst in overlaps)
+
+    def _num_movable(self, req_id: int, src_inst: int) -> int:
+        holders = self.holders_by_req[req_id]
+        if src_inst == ANY_REMOTE:
+            return len(self.tables[req_id]) - holders.get(self.inst_id, 0)
+        return holders.get(src_inst, 0)
+
+    def _iter_movable(self, move: KVMove):
+        table = self.tables[move.req_id]
+        if move.src_inst == ANY_REMOTE:
+            return (i for i, b in enumerate(table) if b.inst_id != self.inst_id and b.inst_id != move.dst_inst)
+        return (i for i, b in enumerate(table) if b.inst_id == move.src_inst)
+
+    def advance_moves(self, copy_blocks, max_blocks: int) -> int:
+        """Move up to `max_blocks` blocks of the pending moves (one chunk); returns the number moved."""
+        budget = max_blocks
+        pairs = []
+        moved = set()  # (req_id, index): a block moves at most once per chunk, so copies never chain
+        for move in list(self.moves):
+            # lazily: a chunk takes a few blocks of a long table (per-step cost must not grow with the table)
+            candidates = (i for i in self._iter_movable(move) if (move.req_id, i) not in moved) if budget else None
+            while budget and move.num_blocks:
+                if not self.peers[move.dst_inst].num_reserved_for(move.req_id):
+                    move.num_blocks = 0  # the destination reclaimed the room: the move ends here
+                    break
+                index = next(candidates, None)
+                if index is None:
+                    break
+                moved.add((move.req_id, index))
+                src = self.tables[move.req_id][index]
+                dst = self.peers[move.dst_inst].take_reserved(move.req_id)
+                pairs.append((src, dst))
+                self.set_block(move.req_id, index, dst)
+                move.num_blocks -= 1
+                budget -= 1
+            if not move.num_blocks or not self._num_movable(move.req_id, move.src_inst):
+                self.peers[move.dst_inst].cancel_reservation(move.req_id, move.num_blocks)
+                self._drop_move(move)
+        if pairs:
+            copy_blocks(pairs)
+            for src, _ in pairs:
+                self.peers[src.inst_id].release(src)
+        return len(pairs)
+
+    def reclaim_lent(self, num_blocks: int) -> int:
+        """Creditor short of `num_blocks`: ask the homes of the remote requests hosted here (largest first)
+        to take those blocks home, else to another creditor. Returns how many blocks are on their way out
+        (moves started now or before); the rest cannot go anywhere now."""
+        if num_blocks <= 0 or not self.num_lent:
+            return 0
+        leaving = 0
+        lendable = None  # other creditors' room, read once and only when a home has none
+        for req_id in sorted((r for r in self.hosted if r not in self.tables), key=lambda r: (-self.hosted[r], r)):
+            if leaving >= num_blocks:
+                break
+            home = self.peers[self._home(req_id)]
+            want = min(num_blocks - leaving, self.hosted[req_id])
+            pending = home.num_moving(req_id, self.inst_id)
+            if pending < want:
+                dsts = [home.inst_id]
+                if lendable is None:
+                    lendable = {i: p.num_lendable for i, p in self.peers.items() if i != self.inst_id}
+                dsts += sorted((i for i, n in lendable.items() if n > 0 and i != home.inst_id),
+                               key=lambda i: (-lendable[i], i))
+                for dst in dsts:
+                    n = want - pending if dst == home.inst_id else min(want - pending, lendable[dst])
+                    if home.move_kvcache(req_id, n, dst, self.inst_id):
+                        pending += n  # (move_kvcache may have clamped it; the next call reads the truth)
+                        if dst != home.inst_id:
+                            lendable[dst] -= n
+                        break
+            leaving += min(want, pending)
+        return leaving
+
+    def retrieve(self, num_blocks: int) -> int:
+        """Debtor with `num_blocks` of room: recall offloaded blocks of home requests (most offloaded first,
+        none that are being moved out); returns how many blocks were asked home."""
+        asked = 0
+        outgoing = {m.req_id for m in self.moves if m.dst_inst != self.inst_id}
+        remote = [(len(t) - self.holders_by_req[r].get(self.inst_id, 0), r) for r, t in self.tables.items()
+                  if r not in outgoing and r not in self.frozen]
+        for num_remote, req_id in sorted(remote, key=lambda x: (-x[0], x[1])):
+            n = min(num_blocks - asked, num_remote - self.num_moving(req_id, -1))
+            if num_remote <= 0 or n <= 0:
+                continue
+            if self.move_kvcache(req_id, n, self.inst_id):
+                asked += self.moves[-1].num_blocks
+            if asked >= num_blocks:
+                break
+        return asked

@@ -1,0 +1,120 @@
+"""The simulator's events (Vidur's shape): each kind handles itself on the cluster state and returns the
+events it causes; `run_events` is the whole loop. Ties break by the order events were scheduled."""
+import heapq
+import itertools
+from dataclasses import dataclass
+
+from reference_impl.errors import InputError
+from reference_impl.sequence import Sequence
+from reference_impl.sim.metrics import FINISHED, REJECTED
+
+MAX_IDLE_ROUNDS = 50  # rounds with waiting requests but no instance able to run: the rest is stuck
+
+
+class PromptIds:
+    """Stands in for a prompt's token list: only its length matters to the scheduler (O(1) memory)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+
+@dataclass(slots=True)
+class Event:
+    time_s: float
+
+    def handle(self, sim) -> list["Event"]:
+        raise NotImplementedError
+
+
+@dataclass(slots=True)
+class Arrival(Event):
+    request: object  # workloads.Request: req_id, prompt_len, output_len
+
+    def handle(self, sim) -> list[Event]:
+        r = self.request
+        sim.arrivals_left -= 1
+        m = sim.metrics[r.req_id]
+        seq = Sequence(r.req_id, PromptIds(r.prompt_len), r.output_len)
+        try:
+            sim.engine.check_fits(seq)
+        except InputError:
+            m.status = REJECTED
+            sim.pending -= 1
+            return []
+        sim.seqs[r.req_id] = seq
+        m.inst_id = sim.engine.add_request(seq)
+        return sim.wake(m.inst_id, self.time_s)
+
+
+@dataclass(slots=True)
+class Step(Event):
+    inst_id: int
+
+    def handle(self, sim) -> list[Event]:
+        inst, backend = sim.engine.instances[self.inst_id], sim.backend
+        backend.duration_s = None
+        moved_before = sim.result.num_moved_blocks
+        finished = inst.step(backend)
+        for seq in finished:
+            m = sim.metrics[seq.req_id]
+            m.status, m.finish_s, m.num_preemptions = FINISHED, self.time_s + backend.duration_s, seq.num_preemptions
+            sim.pending -= 1
+        sim.busy[self.inst_id] = sim.computing[self.inst_id] = False
+        caused = []
+        if backend.duration_s is not None:
+            sim.computing[self.inst_id] = sim.busy[self.inst_id] = True
+            caused.append(Step(self.time_s + backend.duration_s, self.inst_id))
+        elif backend.move_tokens.get(self.inst_id):
+            sim.busy[self.inst_id] = True
+            caused.append(Step(self.time_s + backend.model.kv_transfer_s(backend.move_tokens.pop(self.inst_id)),
+                               self.inst_id))
+        target = sim.engine.redispatch(inst)
+        if target is not None:
+            sim.metrics[target.scheduler.waiting[0].req_id].inst_id = target.inst_id
+            caused += sim.wake(target.inst_id, self.time_s)
+        room_freed = finished or sim.result.num_moved_blocks != moved_before
+        if room_freed or backend.duration_s is None:  # idle instances may take waiting work
+            filled = sim.engine.fill_idle()
+            for idle in filled:
+                sim.metrics[idle.scheduler.waiting[0].req_id].inst_id = idle.inst_id
+            if room_freed:
+                caused += sim.wake_all(self.time_s)
+            else:
+                caused += [e for idle in filled for e in sim.wake(idle.inst_id, self.time_s)]
+        return caused
+
+
+@dataclass(slots=True)
+class GManagerRound(Event):
+    def handle(self, sim) -> list[Event]:
+        engine = sim.engine
+        engine.heartbeats()
+        engine.gmanager_round()
+        sim.result.num_gmanager_rounds += 1
+        if sim.on_round is not None:
+            sim.on_round(self.time_s, engine)
+        caused = sim.wake_all(self.time_s)
+        sim.idle_rounds = 0 if any(sim.computing) or sim.arrivals_left else sim.idle_rounds + 1
+        if sim.idle_rounds < MAX_IDLE_ROUNDS:
+            caused.append(GManagerRound(self.time_s + sim.config.gmanager_interval_s))
+        return caused
+
+
+def run_events(sim, events: list[Event], max_sim_s: float) -> None:
+    """Handle the earliest event until no request is pending, the queue is empty or `max_sim_s` passed."""
+    order = itertools.count()
+    queue = [(e.time_s, next(order), e) for e in events]
+    heapq.heapify(queue)
+    while queue and sim.pending:
+        time_s, _, event = heapq.heappop(queue)
+        if time_s > max_sim_s:
+            break
+        sim.advance_to(time_s)
+        for caused in event.handle(sim):
+            heapq.heappush(queue, (caused.time_s, next(order), caused))
+        sim.after_event(time_s)

@@ -1,0 +1,189 @@
+"""sensitivity: each Fig 10 group's max-throughput ratio (Infinite-LLM over its baseline) against the inputs
+the reproduction is least sure of, changed for every system alike, one at a time from the calibrated default:
+
+- prefill attention rate (A100 TFLOP/s): DistServe's fitted quadratic term 43.5 (the old calibration), the
+  project's H100 SDPA measurement scaled by datasheet peaks 144, FlashAttention-2's published A100 rate 190
+  (the calibration), its upper end 230;
+- inter-instance link: NVLink (intra-node), Vidur's measured inter-node send/recv (the default), the paper's
+  125 MB/s;
+- output length of long requests (prompt at or above the group's 90th percentile): x0.5, x1, x2;
+- batch cap (max_batch_size): 64, 256 (default), 1024;
+- chunked prefill on (`chunked_prefill_tokens`=512) / off, when the simulator has that option (issue 13).
+
+Max throughput per arm is the plateau measured by serving_curves.find_saturation: each system serves the
+requests at a probe rate past its saturation; the steady-state output rate there is the plateau. Cheaper than
+a whole curve (one or two points per system and seed instead of >= 12); the `default` arm is the e2e
+configuration, so its ratio checks this shortcut against the e2e curves. Fewer requests than e2e by default.
+"""
+import dataclasses
+from functools import partial
+
+import numpy as np
+
+from repro.experiments.base import ClaimRow, Experiment, RunParams, default_run_id
+from repro.experiments.e2e import GPU, PAPER, curve_groups, sizes
+from repro.experiments.figures import main_result
+from repro.experiments.params import Param, int_list
+from repro.experiments.serving import LINK_DEFAULT, default_workers, point_pool, run_point, typed
+from repro.experiments.serving_curves import CurveGroup, find_saturation
+from reference_impl.calibration.specs import model_spec
+from reference_impl.errors import InputError
+from reference_impl.sim.config import SimConfig
+from reference_impl.sim.systems import system_config
+
+CALIBRATED_PREFILL_TFLOPS = 190  # reference_impl/calibration/specs.json (FlashAttention-2 on A100)
+LONG_QUANTILE = 0.9
+CHUNK_TOKENS = 512
+ARMS = {  # input -> ((label, value), ...); the default value of each input is one of its arms
+    "prefill_tflops": ((43.5, "DistServe fit"), (144, "H100 measured x 312/989"), (190, "FlashAttention-2 A100"),
+                       (230, "FlashAttention-2 A100, high")),
+    "link": (("intra-node", "NVLink"), ("inter-node", "measured inter-node"), ("0.125", "paper's 125 MB/s")),
+    "long_output_scale": ((0.5, "x0.5"), (1.0, "x1"), (2.0, "x2")),
+    "max_batch_size": ((64, "64"), (256, "256"), (1024, "1024")),
+    "chunked_prefill_tokens": ((None, "off"), (CHUNK_TOKENS, f"{CHUNK_TOKENS}-token chunks")),
+}
+DEFAULTS = {"prefill_tflops": CALIBRATED_PREFILL_TFLOPS, "link": LINK_DEFAULT, "long_output_scale": 1.0,
+            "max_batch_size": SimConfig().max_batch_size, "chunked_prefill_tokens": None}
+FULL = dict(short_requests=400, long_requests=12, seeds=1)
+QUICK = dict(short_requests=60, long_requests=8, seeds=1)
+PARAMS = (
+    Param("inputs", str, None, "comma-separated inputs to vary (default all): " + ", ".join(ARMS)),
+    Param("traces", int_list, None, "only these trace ids (default 0-8; 0 with --quick)"),
+    Param("short_requests", int, None, "requests per probe, traces 0-2 (400; 60 with --quick)"),
+    Param("long_requests", int, None, "requests per probe, traces 3-8 (12; 8 with --quick)"),
+    Param("seeds", int, None, "seeds per probe (1)"),
+    Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick)"),
+)
+
+
+def has_chunked_prefill() -> bool:
+    return "chunked_prefill_tokens" in {f.name for f in dataclasses.fields(SimConfig)}
+
+
+def point_with_prefill(prefill_flops_per_s: float, task) -> dict:
+    """run_point with another prefill attention rate: the cached cost model of the system's instances is
+    swapped for one with that rate for this point (the calibration file is not touched)."""
+    from reference_impl.sim import config as sim_config
+    cfg = system_config(task.system, task.base)
+    model = sim_config.perf_model(cfg)
+    key = (cfg.model, cfg.gpu, cfg.tp, cfg.pp, str(cfg.link), None, None)  # sim/config.py's cache key
+    per_pair = 4 * model_spec(cfg.model).hidden / cfg.tp / prefill_flops_per_s
+    sim_config._MODELS[key] = dataclasses.replace(model, prefill_attn_s_per_pair=per_pair)
+    try:
+        return run_point(task.system, task.base, task.requests, task.rate_per_s, task.seed)
+    finally:
+        sim_config._MODELS[key] = model
+
+
+def scaled_long_outputs(make, scale: float, rate_per_s: float, seed: int):
+    requests = make(rate_per_s, seed)
+    cut = float(np.quantile([r.prompt_len for r in requests], LONG_QUANTILE))
+    return [dataclasses.replace(r, output_len=max(1, round(r.output_len * scale))) if r.prompt_len >= cut else r
+            for r in requests]
+
+
+def arm_group(group: CurveGroup, inp: str, value) -> CurveGroup:
+    g = CurveGroup(dict(group.info), group.base, group.make_requests, group.systems, f"{group.label} {inp}={value}")
+    if inp == "prefill_tflops" and value != CALIBRATED_PREFILL_TFLOPS:
+        g.runner = partial(point_with_prefill, value * 1e12)
+    elif inp == "link":
+        g.base = dataclasses.replace(group.base, link=value)
+    elif inp == "long_output_scale" and value != 1.0:
+        g.make_requests = partial(scaled_long_outputs, group.make_requests, value)
+    elif inp == "max_batch_size":
+        g.base = dataclasses.replace(group.base, max_batch_size=value)
+    elif inp == "chunked_prefill_tokens" and value is not None:
+        g.base = dataclasses.replace(group.base, chunked_prefill_tokens=value)
+    return g
+
+
+def run(params, log) -> dict:
+    params = typed("sensitivity", PARAMS, params)
+    size = dict(QUICK if params.quick else FULL)
+    size.update({k: params.extra[k] for k in size if params.extra.get(k) is not None})
+    e2e_params = RunParams(quick=params.quick, seed=params.seed,
+                           extra={"traces": params.extra.get("traces"), "short_requests": size["short_requests"],
+                                  "long_requests": size["long_requests"]})
+    base_groups = curve_groups(e2e_params, sizes(e2e_params), link=LINK_DEFAULT, source="fitted")
+    inputs = params.extra["inputs"].split(",") if params.extra.get("inputs") else list(ARMS)
+    notes, arms = [], []
+    for inp in inputs:
+        if inp not in ARMS:
+            raise InputError(f"unknown input {inp!r}; choose from {', '.join(ARMS)}")
+        if inp == "chunked_prefill_tokens" and not has_chunked_prefill():
+            notes.append("chunked prefill skipped: SimConfig has no chunked_prefill_tokens (issue 13 adds it)")
+            continue
+        arms += [(inp, value, label, g, arm_group(g, inp, value)) for value, label in ARMS[inp] for g in base_groups]
+    seeds = tuple(params.seed + i for i in range(size["seeds"]))
+    rows = []
+    with point_pool(default_workers(params)) as pool:
+        per_seed = []
+        for seed in seeds:
+            fresh = [dataclasses.replace(a[4], saturation_per_s={}, info=dict(a[4].info)) for a in arms]
+            find_saturation(fresh, seed, log, pool)
+            per_seed.append(fresh)
+    for i, (inp, value, label, g, _) in enumerate(arms):
+        ratios = []
+        for fresh in per_seed:
+            sat = fresh[i].saturation_per_s
+            if sat.get(g.info["baseline"], 0) > 0:
+                ratios.append(sat["infinite-llm"] / sat[g.info["baseline"]])
+        rows.append({"input": inp, "value": str(value), "label": label, "default": value == DEFAULTS[inp],
+                     "panel": g.info["panel"], "trace_id": g.info["trace_id"], "num_gpus": g.info["num_gpus"],
+                     "baseline": g.info["baseline"], "num_requests": g.info["num_requests"],
+                     "ratio": float(np.median(ratios)) if ratios else None,
+                     "ratio_min": min(ratios) if ratios else None, "ratio_max": max(ratios) if ratios else None,
+                     "plateau_tok_s": {s: [f[i].saturation_per_s.get(s, 0.0) * f[i].info["_mean_output"]
+                                           for f in per_seed] for s in g.systems}})
+    return {"gpu": GPU, "seeds": list(seeds), "rows": rows, "notes": notes}
+
+
+def claims(results) -> list[ClaimRow]:
+    """Per Fig 10 panel and input: the range of the ratio over the input's arms (median over the panel's groups),
+    beside the paper's range: which input moves the ratio by how much."""
+    result = main_result(results)
+    rows = []
+    data = result["data"]["rows"]
+    for panel, (claim_id, paper, low, high) in PAPER.items():
+        for inp in dict.fromkeys(r["input"] for r in data):
+            arms = {}
+            for r in data:
+                if r["panel"] == panel and r["input"] == inp and r["ratio"] is not None:
+                    arms.setdefault(r["label"], []).append(r["ratio"])
+            if not arms:
+                continue
+            medians = {label: float(np.median(v)) for label, v in arms.items()}
+            default = next((r["label"] for r in data if r["input"] == inp and r["default"]), None)
+            text = ", ".join(f"{label} {m:.2f}x" for label, m in medians.items())
+            rows.append(ClaimRow(claim_id, f"sensitivity {panel}: {inp} (median over groups)", paper, low, high,
+                                 medians.get(default), "x", f"{text} ({result['run_id']})"))
+        rows += _largest_moves(data, panel, claim_id, paper, low, high)
+    return rows
+
+
+def _largest_moves(data: list[dict], panel: str, claim_id: str, paper: str, low: float, high: float) -> list:
+    """Per panel: the highest ratio any arm reaches in any group, and per input the largest change of a group's
+    ratio from its default arm (how far the uncertain inputs can move the claim)."""
+    own = [r for r in data if r["panel"] == panel and r["ratio"] is not None]
+    if not own:
+        return []
+    default = {(r["input"], r["trace_id"], r["num_gpus"]): r["ratio"] for r in own if r["default"]}
+    moves = {}
+    for r in own:
+        base = default.get((r["input"], r["trace_id"], r["num_gpus"]))
+        if base is not None and abs(r["ratio"] - base) > abs(moves.get(r["input"], (0.0, ""))[0]):
+            moves[r["input"]] = (r["ratio"] - base, f"{r['label']}, trace {r['trace_id']}/{r['num_gpus']} GPUs")
+    best = max(own, key=lambda r: r["ratio"])
+    text = "; ".join(f"{inp} {d:+.2f}x ({where})" for inp, (d, where) in moves.items())
+    return [ClaimRow(claim_id, f"sensitivity {panel}: highest ratio of any arm and group", paper, low, high,
+                     best["ratio"], "x", f"{best['input']}={best['label']}, trace {best['trace_id']}/"
+                     f"{best['num_gpus']} GPUs; largest change from the default per input: {text}")]
+
+
+def plot(results, figures_dir) -> list[str]:
+    from repro.experiments.sensitivity_plot import plot_sensitivity
+    return plot_sensitivity(main_result(results)["data"], figures_dir)
+
+
+EXPERIMENT = Experiment("sensitivity", ("infinite-llm Fig 10 (sensitivity)",), "sensitivity.schema.json", run,
+                        default_run_id, plot=plot, claims=claims, params=PARAMS)

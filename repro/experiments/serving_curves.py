@@ -1,0 +1,132 @@
+"""The serving curve method shared by e2e, e2e-datasets and sensitivity.
+
+1. Saturation by measurement: each system serves the group's requests at a probe rate (starting at the cost
+   model's estimate, nominal_rate_per_s); the steady-state output rate over the mean output length is the
+   request rate it sustains. A probe that keeps up (sustained >= KEEPS_UP of offered) is retried at
+   PROBE_GROWTH times the rate; one that does not is refined once at REFINE times what it sustained (just
+   past saturation: a heavily overloaded system may sustain less than one at its limit). The saturation
+   rate is the most any probe sustained.
+2. Rate grid: the same rates for every system of a group, LOW_MULTIPLIERS of the lower saturation (0.25x is
+   near the unloaded latency), the geometric middle of the two saturations when they differ by more than
+   MID_GAP, and HIGH_MULTIPLIERS of the higher one (past both).
+3. Every rate runs with every seed (lengths, arrivals and the simulator's seed change together).
+4. Max throughput (the papers' "maximum achieved throughput", read where the curve turns up): per system and
+   seed, the highest steady-state output rate over the grid, whose top rates are past saturation (the
+   plateau). The group's ratio is taken per seed; its median is `max_tput_ratio`, its min and max the spread.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from repro.experiments.serving import PointTask, nominal_rate_per_s, run_tasks
+from reference_impl.sim.config import SimConfig
+
+KEEPS_UP = 0.8
+PROBE_GROWTH = 4.0
+REFINE = 1.25
+MAX_PROBES = 3
+LOW_MULTIPLIERS = (0.25, 0.5, 0.75, 0.9)
+MID_GAP = 1.2
+HIGH_MULTIPLIERS = (1.15, 1.5)
+
+
+@dataclass(slots=True)
+class CurveGroup:
+    """One panel of a figure: systems on one cluster and workload. `make_requests(rate, seed)` gives the
+    requests (the same lengths at every rate of a seed); `info` is copied into the group record."""
+    info: dict
+    base: SimConfig
+    make_requests: object
+    systems: tuple[str, ...]
+    label: str
+    runner: object = None  # PointTask.runner for every point of the group (None: run_point)
+    saturation_per_s: dict = field(default_factory=dict)
+    rates_per_s: list = field(default_factory=list)
+
+
+def saturation_rate_per_s(point: dict, mean_output: float) -> float:
+    return point["steady_output_tok_s"] / mean_output
+
+
+def find_saturation(groups: list[CurveGroup], seed: int, log, pool) -> None:
+    """Fill each group's saturation_per_s by probing all groups' systems together (one pool round per probe)."""
+    pending = []
+    for g in groups:
+        requests = g.make_requests(1.0, seed)
+        g.info["_mean_output"] = float(np.mean([r.output_len for r in requests]))
+        pending += [(g, s, nominal_rate_per_s(g.base, requests)) for s in g.systems]
+    grown, refined = {}, set()  # (group, system) -> probes grown so far; those refined once
+    while pending:
+        tasks = [PointTask(s, g.base, tuple(g.make_requests(rate, seed)), rate, f"{g.label} probe", seed, g.runner)
+                 for g, s, rate in pending]
+        retry = []
+        for (g, s, rate), p in zip(pending, run_tasks(tasks, log, pool)):
+            key = (id(g), s)
+            sustained = saturation_rate_per_s(p, g.info["_mean_output"])
+            g.saturation_per_s[s] = max(sustained, g.saturation_per_s.get(s, 0.0))
+            if key in refined:
+                continue
+            if sustained >= KEEPS_UP * rate and grown.get(key, 0) < MAX_PROBES - 1:
+                grown[key] = grown.get(key, 0) + 1
+                retry.append((g, s, rate * PROBE_GROWTH))
+            elif sustained > 0:
+                refined.add(key)
+                retry.append((g, s, REFINE * sustained))
+        pending = retry
+
+
+def rate_grid(saturation_per_s: dict) -> list[float]:
+    low, high = min(saturation_per_s.values()), max(saturation_per_s.values())
+    rates = [low * m for m in LOW_MULTIPLIERS] + [high * m for m in HIGH_MULTIPLIERS]
+    if high > MID_GAP * low:
+        rates.append((low * high) ** 0.5)
+    return sorted({float(f"{r:.4g}") for r in rates if r > 0})
+
+
+def run_curves(groups: list[CurveGroup], seeds: tuple[int, ...], log, pool) -> list[dict]:
+    """The group records (serving.schema.json `group`) of `groups`, each with every system at every rate and
+    seed; saturation is searched on the first seed."""
+    find_saturation(groups, seeds[0], log, pool)
+    tasks, counts = [], []
+    for g in groups:
+        g.rates_per_s = rate_grid(g.saturation_per_s)
+        log(f"{g.label}: saturation {_fmt(g.saturation_per_s)} req/s; rates {g.rates_per_s}")
+        group_tasks = [PointTask(s, g.base, tuple(g.make_requests(rate, seed)), rate, g.label, seed, g.runner)
+                       for seed in seeds for rate in g.rates_per_s for s in g.systems]
+        tasks += group_tasks
+        counts.append(len(group_tasks))
+    points = iter(run_tasks(tasks, log, pool))
+    return [group_record(g, [next(points) for _ in range(n)], seeds) for g, n in zip(groups, counts)]
+
+
+def _fmt(rates: dict) -> str:
+    return ", ".join(f"{s} {r:.4g}" for s, r in rates.items())
+
+
+def plateau_tok_s(points: list[dict], system: str, seed: int) -> float:
+    """Max throughput read off one curve: its highest steady-state output rate (module docstring, 4)."""
+    return max((p["steady_output_tok_s"] for p in points if p["system"] == system and p["seed"] == seed),
+               default=0.0)
+
+
+def group_record(g: CurveGroup, points: list[dict], seeds) -> dict:
+    info = {k: v for k, v in g.info.items() if not k.startswith("_")}
+    baseline = info["baseline"]
+    plateau = {s: [plateau_tok_s(points, s, seed) for seed in seeds] for s in g.systems}
+    ratios = [a / b for a, b in zip(plateau["infinite-llm"], plateau[baseline]) if b > 0]
+    return {**info, "num_instances": g.base.num_instances, "tp": g.base.tp, "rates_per_s": g.rates_per_s,
+            "seeds": list(seeds), "saturation_per_s": dict(g.saturation_per_s), "max_tput_tok_s": plateau,
+            "points": points, "max_tput_ratio": float(np.median(ratios)) if ratios else None,
+            "max_tput_ratio_min": min(ratios) if ratios else None,
+            "max_tput_ratio_max": max(ratios) if ratios else None}
+
+
+def ratio_text(group: dict) -> str:
+    """'1.23x (1.20-1.27, 3 seeds)' for claims and figure titles."""
+    ratio = group.get("max_tput_ratio")
+    if ratio is None:
+        return "-"
+    low, high = group.get("max_tput_ratio_min"), group.get("max_tput_ratio_max")
+    if low is None or len(group.get("seeds", [])) < 2:
+        return f"{ratio:.2f}x"
+    return f"{ratio:.2f}x ({low:.2f}-{high:.2f}, {len(group['seeds'])} seeds)"

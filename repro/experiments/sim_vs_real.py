@@ -1,0 +1,201 @@
+"""sim-vs-real: is the simulator a prediction of a real run? (issue 16; DESIGN "Serving measurements")
+
+One workload (a trace of infinite-llm Table 1, lengths scaled so the longest request has `max_tokens`) is served
+on the real local engine (`backends/local.py`, one instance, the wall clock, `backends/clock.py`) at rates from
+light load to past saturation; the saturation rate is measured first, by serving every request at once. Then the
+simulator (`backends/sim.py`, the same control plane) runs exactly those requests with the cost model calibrated
+on this machine just before: `repro profile`'s measurements, the engine's per-step overhead outside its layers
+included (calibration/profile_overhead.py), measured again just before each run, so that a prediction and its
+measurement see about the same load on the shared machine; a point is the median of repeats, the measured spread is kept, and the
+error is the predicted median against the measured median. Real vLLM is a second measured system only where
+`.venv-vllm` exists (it does not here: recorded as skipped).
+"""
+import json
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from reference_impl.calibration.coefficients import dumps
+from reference_impl.backends.clock import CLOCKS
+from reference_impl.errors import InputError
+from repro.experiments.base import Experiment, RunParams, default_run_id
+from repro.experiments.params import Param, float_list
+from repro.experiments.sim_vs_real_points import error_table, make_points, plot, run_summary
+
+SYSTEM = "infinite-llm"  # the local engine: one instance, so no pooling partner (vLLM-M behaves the same)
+# rates as multiples of the measured saturation rate: light load to well past it (the saturation measurement moves
+# with the load other work puts on a shared machine)
+QUICK = dict(num_requests=16, repeats=1, max_tokens=96, multipliers=(0.3, 0.6, 1.2, 2.4))
+FULL = dict(num_requests=32, repeats=3, max_tokens=128, multipliers=(0.25, 0.5, 1.0, 2.0, 4.0))
+PARAMS = (
+    Param("trace", int, 1, "infinite-llm Table 1 trace whose request lengths are served (scaled)"),
+    Param("num_requests", int, None, "requests per point (default 32; 16 with --quick)"),
+    Param("repeats", int, None, "measured repeats of every rate (default 3; 1 with --quick)"),
+    Param("max_tokens", int, None, "prompt + output of the longest request after scaling (default 128; 96 quick)"),
+    Param("rates", float_list, None, "request rates per second (default: fractions of the measured saturation)"),
+    Param("max_batch_size", int, 32, "the engine's batch cap (the simulator's too)"),
+    Param("model", str, "llama-tiny", "model of calibration/specs.json whose shape the engine runs (random weights)"),
+    Param("device", str, "cpu", "torch device of the engine and the calibration"),
+    Param("threads", int, 1, "torch CPU threads (pinned: a 2-core machine shared with other work)"),
+    Param("clock", str, "cpu", "what the real runs and the calibration are timed with: the wall clock, or this "
+          "process's CPU time with idle time skipped (a shared CPU; a GPU device always uses the wall clock)",
+          choices=CLOCKS),
+)
+BLOCK_SIZE = 16
+
+
+def _requests(trace: int, num_requests: int, rate_per_s: float, max_tokens: int, seed: int):
+    from repro.experiments.serving import workload
+    from repro.experiments.serving_ray import scaled
+
+    return scaled(workload(trace_id=trace, num_requests=num_requests, rate_per_s=rate_per_s, seed=seed,
+                           source="fitted"), max_tokens)
+
+
+def _calibrate(spec, device, dtype, seed: int, requests, max_batch: int, clock: str, quick: bool, folder: Path,
+               repeat: int) -> Path:
+    """`repro profile` of this machine with a plan covering the workload; the file the simulator reads."""
+    from reference_impl.calibration.profile_local import ProfilePlan, profile
+
+    prompts = sorted(r.prompt_len for r in requests)
+    total = sum(prompts)
+    more = () if quick else (2, 8, 32, 64, 128, 256, 512)
+    plan = ProfilePlan(tokens=tuple(sorted({1, 4, 16, max_batch, total, *more})),
+                       kv_lens=(256, 1024) if quick else (256, 1024, 2048), copy_bytes=(1 << 12, 1 << 20),
+                       prefill_tokens=prompts[len(prompts) // 2], repeats=5 if quick else 7, clock=clock,
+                       overhead_batches=tuple(sorted({1, 4, max_batch, *(() if quick else (2, 8, 16))})),
+                       overhead_prefill_seqs=tuple(sorted({1, 4, min(16, len(prompts)), *(() if quick else (2, 8))})),
+                       overhead_prompt_len=prompts[len(prompts) // 2],
+                       overhead_context_tokens=max(1, int(sum(r.prompt_len + r.output_len / 2 for r in requests)
+                                                          / len(requests))))
+    doc = profile(spec, name=str(device), device=device, dtype=dtype, quick=False, seed=seed + repeat, plan=plan)
+    path = folder / f"calibration-{repeat}.json"
+    path.write_text(dumps(doc))
+    return path
+
+
+def _check(**values) -> None:
+    for name, value in values.items():
+        if value < 1:
+            raise InputError(f"--param {name} must be at least 1 (got {value})")
+
+
+def device_is_cpu(device: str) -> bool:
+    return torch.device(device).type == "cpu"
+
+
+def _load_1m() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def run(params: RunParams, log) -> dict:
+    from reference_impl.backends.local import serve, to_device
+    from reference_impl.backends.sim import simulate
+    from reference_impl.calibration.profile_overhead import engine_model_config
+    from reference_impl.calibration.specs import model_spec
+    from reference_impl.engine import EngineConfig
+    from reference_impl.model import random_model
+    from reference_impl.sequence import num_blocks_for
+    from reference_impl.sim.config import SimConfig
+
+    size = QUICK if params.quick else FULL
+    extra = params.extra
+    num_requests = extra.get("num_requests", size["num_requests"])
+    repeats = extra.get("repeats", size["repeats"])
+    max_tokens = extra.get("max_tokens", size["max_tokens"])
+    max_batch = extra["max_batch_size"]
+    _check(num_requests=num_requests, repeats=repeats, max_batch_size=max_batch, threads=extra["threads"])
+    if max_tokens < 2:
+        raise InputError(f"--param max_tokens must be at least 2, a prompt token and an output token (got {max_tokens})")
+    try:
+        torch.empty(1, device=extra["device"])
+    except (RuntimeError, AssertionError) as exc:
+        raise InputError(f"--param device={extra['device']!r} cannot be used: {str(exc).splitlines()[0]}") from None
+    clock = extra["clock"] if device_is_cpu(extra["device"]) else "wall"
+    device = torch.device(extra["device"])
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(extra["threads"])
+    spec = model_spec(extra["model"])
+    dtype = torch.float32 if device.type == "cpu" else torch.float16
+    model = to_device(random_model(engine_model_config(spec), params.seed, dtype), device)
+    num_blocks = max_batch * num_blocks_for(max_tokens, BLOCK_SIZE) + 1  # every running request fits: no preemption
+    engine_config = EngineConfig(1, num_blocks, block_size=BLOCK_SIZE, max_batch_size=max_batch, seed=params.seed)
+    make = lambda rate: _requests(extra["trace"], num_requests, rate, max_tokens, params.seed)  # noqa: E731
+    loads = [_load_1m()]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            burst = make(float("inf"))
+            serve(model, burst[: min(4, len(burst))], engine_config, seed=params.seed, device=device)  # warm-up
+            saturation = run_summary(serve(model, burst, engine_config, seed=params.seed, device=device, clock=clock))
+            sat_rate = saturation.num_finished / saturation.makespan_s
+            rates = extra.get("rates") or tuple(float(f"{sat_rate * m:.3g}") for m in size["multipliers"])
+            log(f"  saturation (all {num_requests} requests at once): {saturation.output_tok_s:.1f} out tok/s, "
+                f"{sat_rate:.3g} req/s; rates {', '.join(f'{r:g}' for r in rates)}; load {loads[-1]}")
+            runs, calibrations = [], []
+            for repeat in range(repeats):
+                for rate in rates:
+                    requests = make(rate)
+                    path = _calibrate(spec, device, dtype, params.seed, burst, max_batch, clock, params.quick,
+                                      Path(tmp), len(calibrations))
+                    calibrations.append({"repeat": repeat, "rate_per_s": rate, **_calibration_record(path, _load_1m())})
+                    sim_config = SimConfig(model=spec.name, gpu=str(device), num_instances=1, link="intra-node",
+                                           block_size=BLOCK_SIZE, max_batch_size=max_batch, num_blocks=num_blocks,
+                                           coefficients_path=str(path), seed=params.seed)
+                    load_before = _load_1m()
+                    measured = run_summary(serve(model, requests, engine_config, seed=params.seed, device=device,
+                                                 clock=clock))
+                    loads.append(_load_1m())
+                    predicted = run_summary(simulate(sim_config, requests))
+                    runs.append({"system": SYSTEM, "repeat": repeat, "rate_per_s": rate, "measured": asdict(measured),
+                                 "predicted": asdict(predicted), "loadavg_1m_before": load_before,
+                                 "loadavg_1m_after": loads[-1]})
+                    log(f"  repeat {repeat} rate {rate:g}/s: measured {measured.output_tok_s:.1f} tok/s, predicted "
+                        f"{predicted.output_tok_s:.1f}; TTFT {_ms(measured.mean_ttft_s)} vs {_ms(predicted.mean_ttft_s)}"
+                        f" ms; TPOT {_ms(measured.mean_tpot_s)} vs {_ms(predicted.mean_tpot_s)} ms; load {loads[-1]}")
+    finally:
+        torch.set_num_threads(threads_before)
+    points = make_points(runs)
+    return {"model": spec.name, "trace_id": extra["trace"], "num_requests": num_requests, "max_tokens": max_tokens,
+            "max_batch_size": max_batch, "block_size": BLOCK_SIZE, "num_blocks": num_blocks, "repeats": repeats,
+            "clock": clock, "machine": {"device": str(device), "threads": extra["threads"], "cpu_count": os.cpu_count(),
+                        "torch": torch.__version__, "loadavg_1m_min": min(loads), "loadavg_1m_max": max(loads),
+                        "loadavg_1m_median": sorted(loads)[len(loads) // 2]},
+            "saturation": {"output_tok_s": saturation.output_tok_s, "rate_per_s": sat_rate},
+            "calibrations": calibrations, "runs": runs, "points": points, "errors": error_table(points),
+            "vllm": _vllm_status()}
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value * 1e3:.0f}"
+
+
+def _calibration_record(path: Path, load: float) -> dict:
+    doc = json.loads(path.read_text())
+    (hw,) = doc["hardware"].values()
+    (overhead,) = hw["step_overhead_s"].values()
+    (layer,) = (c["1"] for c in hw["non_attention_s"].values())
+    return {"loadavg_1m": load, "kv_read_bytes_per_s": hw["attention"]["kv_read_bytes_per_s"],
+            "attention_call_s": hw["attention"]["call_s"],
+            "prefill_attn_flops_per_s": hw["attention"]["prefill_attn_flops_per_s"],
+            "non_attention_s": {"x": layer["x"], "y": layer["y"]},
+            "step_overhead_decode_s": {"x": overhead["decode"]["x"], "y": overhead["decode"]["y"]},
+            "step_overhead_prefill_s": {"x": overhead["prefill"]["x"], "y": overhead["prefill"]["y"]}}
+
+
+def _vllm_status() -> str:
+    venv = Path(".venv-vllm")
+    if not (venv / "bin" / "python").exists():
+        return "skipped: no .venv-vllm here (make setup-vllm builds it)"
+    return "skipped: .venv-vllm exists but the real-vLLM arm is not implemented in this experiment yet"
+
+
+def run_id(params: RunParams) -> str:
+    clock = params.extra.get("clock", "cpu")
+    return default_run_id(params).replace(f"{params.backend}-", "local-" if clock == "cpu" else f"local-{clock}-", 1)
+
+
+EXPERIMENT = Experiment("sim-vs-real", ("simulator validation (issue 16)",), "sim_vs_real.schema.json", run, run_id,
+                        plot=plot, backends=("sim", "local"), params=PARAMS)

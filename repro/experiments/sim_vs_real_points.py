@@ -1,0 +1,146 @@
+"""sim-vs-real: one measured or predicted run summarised, the points (median of repeats), the error table, the figure."""
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from reference_impl.sim.metrics import SimResult
+
+METRICS = ("output_tok_s", "mean_ttft_s", "mean_tpot_s")
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """One serving run (measured on the engine or simulated): the compared metrics and the counts."""
+
+    output_tok_s: float
+    mean_ttft_s: float | None
+    mean_tpot_s: float | None
+    num_finished: int
+    num_requests: int
+    makespan_s: float
+    num_steps: int
+
+
+def mean_tpot_s(result: SimResult) -> float | None:
+    """Mean time per output token after the first, over finished requests with more than one output token."""
+    tpot = [(r.finish_s - r.first_token_s) / (r.output_len - 1) for r in result.finished if r.output_len > 1]
+    return float(np.mean(tpot)) if tpot else None
+
+
+def run_summary(result: SimResult) -> RunSummary:
+    s = result.summary()
+    return RunSummary(s.output_tok_s, s.mean_ttft_s, mean_tpot_s(result), s.num_finished, s.num_requests,
+                      s.makespan_s, result.num_steps)
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One system at one rate: medians over repeats of the measured and the predicted runs (each predicted run from
+    the calibration taken just before its measured one), and the spread of both."""
+
+    system: str
+    rate_per_s: float
+    num_repeats: int
+    measured_output_tok_s: float
+    predicted_output_tok_s: float
+    measured_output_tok_s_min: float
+    measured_output_tok_s_max: float
+    predicted_output_tok_s_min: float
+    predicted_output_tok_s_max: float
+    measured_mean_ttft_s: float | None
+    predicted_mean_ttft_s: float | None
+    measured_mean_ttft_s_min: float | None
+    measured_mean_ttft_s_max: float | None
+    predicted_mean_ttft_s_min: float | None
+    predicted_mean_ttft_s_max: float | None
+    measured_mean_tpot_s: float | None
+    predicted_mean_tpot_s: float | None
+    measured_mean_tpot_s_min: float | None
+    measured_mean_tpot_s_max: float | None
+    predicted_mean_tpot_s_min: float | None
+    predicted_mean_tpot_s_max: float | None
+    output_tok_s_rel_err: float | None  # predicted / measured - 1 (medians)
+    mean_ttft_s_rel_err: float | None
+    mean_tpot_s_rel_err: float | None
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(np.median(values)) if values else None
+
+
+def _rel_err(predicted, measured) -> float | None:
+    if predicted is None or measured is None or measured <= 0:
+        return None
+    return predicted / measured - 1.0
+
+
+def make_points(runs: list[dict]) -> list[dict]:
+    """Points from run records {system, rate_per_s, measured: RunSummary dict, predicted: RunSummary dict}."""
+    points = []
+    for system, rate in sorted({(r["system"], r["rate_per_s"]) for r in runs}):
+        group = [r for r in runs if r["system"] == system and r["rate_per_s"] == rate]
+        values = {}
+        for metric in METRICS:
+            for side in ("measured", "predicted"):
+                got = [r[side][metric] for r in group if r[side][metric] is not None]
+                values[f"{side}_{metric}"] = _median(got)
+                values[f"{side}_{metric}_min"] = min(got, default=None)
+                values[f"{side}_{metric}_max"] = max(got, default=None)
+            values[f"{metric}_rel_err"] = _rel_err(values[f"predicted_{metric}"], values[f"measured_{metric}"])
+        points.append(asdict(Point(system, rate, len(group), **values)))
+    return points
+
+
+def error_table(points: list[dict]) -> dict:
+    """Per system and metric: median and worst |predicted / measured - 1| over rates, and the worst rate."""
+    table = {}
+    for system in sorted({p["system"] for p in points}):
+        rows = {}
+        for metric in METRICS:
+            errs = [(abs(p[f"{metric}_rel_err"]), p["rate_per_s"]) for p in points
+                    if p["system"] == system and p[f"{metric}_rel_err"] is not None]
+            if errs:
+                worst, at = max(errs)
+                rows[metric] = {"median_abs_rel_err": float(np.median([e for e, _ in errs])),
+                                "worst_abs_rel_err": worst, "worst_rate_per_s": at, "num_points": len(errs)}
+        table[system] = rows
+    return table
+
+
+def plot(results, figures_dir) -> list[str]:
+    import pandas as pd
+
+    from repro.experiments.figures import main_result, new_figure, save, sns
+
+    data = main_result(results)["data"]
+    rows = []
+    for p in data["points"]:
+        for metric in METRICS:
+            for side in ("measured", "predicted"):
+                if p[f"{side}_{metric}"] is not None:
+                    rows.append({"system": p["system"], "rate_per_s": p["rate_per_s"], "metric": metric,
+                                 "side": side, "value": p[f"{side}_{metric}"],
+                                 "low": p[f"{side}_{metric}_min"], "high": p[f"{side}_{metric}_max"]})
+    frame = pd.DataFrame(rows)
+    labels = {"output_tok_s": "output tokens/s", "mean_ttft_s": "mean TTFT (s)", "mean_tpot_s": "mean TPOT (s)"}
+    fig, axes = new_figure(len(METRICS), width_in=4.0, height_in=3.2)
+    for ax, metric in zip(axes, METRICS):
+        chosen = frame[frame["metric"] == metric]
+        sns.lineplot(chosen, x="rate_per_s", y="value", hue="system", style="side", markers=True, ax=ax,
+                     legend=ax is axes[0])
+        for side, shift, color in (("measured", 0.97, "0.2"), ("predicted", 1.03, "0.6")):
+            spread = chosen[chosen["side"] == side].dropna(subset=["low", "high"])
+            ax.vlines(spread["rate_per_s"] * shift, spread["low"], spread["high"], color=color, linewidth=1)
+        ax.set(xlabel="request rate (1/s)", ylabel=labels[metric], title=labels[metric], xscale="log")
+        rates = sorted(chosen["rate_per_s"].unique())
+        ax.set_xticks(rates, [f"{r:g}" for r in rates], minor=False)
+        ax.set_xticks([], minor=True)
+        if metric != "output_tok_s":
+            ax.set_yscale("log")
+    clock = {"cpu": "process CPU time", "wall": "wall clock"}[data["clock"]]
+    fig.suptitle(f"simulator vs real engine: {data['model']} on {data['machine']['device']} "
+                 f"({data['machine']['threads']} thread, {clock}), {data['repeats']} repeats (bars: min-max, "
+                 f"measured dark, predicted light), load average {data['machine']['loadavg_1m_median']:.1f} on "
+                 f"{data['machine']['cpu_count']} cores", fontsize=9)
+    return save(fig, figures_dir, "sim-vs-real")

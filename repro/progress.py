@@ -1,0 +1,63 @@
+"""Progress for commands that can run longer than ~10 s: a tqdm bar on stderr.
+
+    for case in progress(cases, desc="attention check", unit="case"): ...
+    with progress_log("e2e") as log: experiment.run(params, log)   # each log line printed, the bar ticks
+
+Shown when stderr is a terminal; REPRO_PROGRESS=1 forces it on (e.g. in CI logs), 0 off. Output of the command
+itself stays on stdout, so a bar never mixes into JSON.
+"""
+import os
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from tqdm import tqdm
+
+REFRESH_S = 1.0  # elapsed time is redrawn this often even when nothing ticks
+
+
+def _disabled() -> bool | None:
+    forced = os.environ.get("REPRO_PROGRESS", "").strip().lower()
+    if forced in ("1", "true", "yes", "on"):
+        return False
+    if forced in ("0", "false", "no", "off"):
+        return True
+    return None  # tqdm's rule: off unless stderr is a terminal
+
+
+def progress(iterable: Iterable | None = None, *, desc: str, total: int | None = None, unit: str = "it") -> tqdm:
+    """A progress bar over `iterable` (or a manual one: `.update(n)`), on stderr."""
+    return tqdm(iterable, desc=desc, total=total, unit=unit, file=sys.stderr, disable=_disabled(),
+                dynamic_ncols=True, leave=False)
+
+
+@contextmanager
+def progress_log(desc: str, echo=print) -> Iterator:
+    """A `log(message)` callable for long runs: prints each message above a bar that counts them and shows the
+    elapsed time, redrawn every REFRESH_S so a quiet minute still shows the command is alive."""
+    bar = progress(desc=desc, unit="step")
+    stop = threading.Event()
+
+    def refresh():
+        while not stop.wait(REFRESH_S):
+            bar.refresh()
+
+    ticker = threading.Thread(target=refresh, daemon=True)
+    if not bar.disable:
+        ticker.start()
+
+    def log(message: str) -> None:
+        if bar.disable:
+            echo(message)
+        else:
+            bar.write(str(message), file=sys.stdout)
+            bar.update(1)
+
+    try:
+        yield log
+    finally:
+        stop.set()
+        if ticker.is_alive():
+            ticker.join()
+        bar.close()

@@ -1,0 +1,116 @@
+"""Declared --param sets, run ids of non-default runs, the lazy command table and the progress helper."""
+import dataclasses
+import importlib
+
+import click
+import pytest
+
+from reference_impl.errors import InputError
+from repro.experiments import params as params_module
+from repro.experiments.base import Experiment, RunParams, default_run_id
+from repro.experiments.params import Param, fingerprint, positive_int
+from repro.experiments.registry import EXPERIMENTS, get_experiment
+from repro.results import resolve_params, run_and_save
+
+# the experiments issue 14 declared; e2e and e2e-datasets (issue 12) and sim-vs-real (issue 16) declare theirs
+DECLARED_HERE = ("attention-micro", "migration", "kv-move", "remote-vs-local", "motivation", "context-length",
+                 "perf-model", "dgfm", "lamina")
+
+
+@pytest.mark.parametrize("name", DECLARED_HERE)
+def test_experiment_declares_its_params_once(name):
+    exp = get_experiment(name)
+    assert exp.params is not None
+    names = [p.name for p in exp.params]
+    assert len(names) == len(set(names))
+    for p in exp.params:  # every declared default parses back to itself through its own type
+        assert p.help and (p.default is None or p.type(str(p.default).lower() if isinstance(p.default, bool)
+                                                        else str(p.default)) == p.default)
+
+
+def _toy(params):
+    return Experiment("toy", (), "none.json", lambda p, log: {}, default_run_id, params=params)
+
+
+def test_undeclared_experiment_passes_text_now_and_takes_nothing_after_the_switch(monkeypatch):
+    legacy = _toy(None)
+    typed, changed = resolve_params(legacy, RunParams(extra={"anything": "1"}))
+    assert typed.extra == {"anything": "1"} and changed == {"anything": "1"}
+    monkeypatch.setattr(params_module, "UNDECLARED_TAKES_NO_PARAMS", True)
+    with pytest.raises(InputError, match="valid keys: none"):
+        resolve_params(legacy, RunParams(extra={"anything": "1"}))
+    assert resolve_params(legacy, RunParams())[1] == {}
+
+
+def test_only_non_default_values_change_the_run():
+    exp = _toy((Param("n", positive_int, 3, "a count"), Param("m", positive_int, None, "chosen by --quick")))
+    assert resolve_params(exp, RunParams(extra={"n": "3"}))[1] == {}  # the default, spelled out: same run
+    assert resolve_params(exp, RunParams(extra={"n": "03"}))[1] == {}
+    assert resolve_params(exp, RunParams(extra={"n": "4"}))[1] == {"n": 4}
+    assert resolve_params(exp, RunParams(extra={"m": "3"}))[1] == {"m": 3}
+    assert fingerprint({"n": 4}) == fingerprint({"n": 4}) != fingerprint({"n": 5})
+    assert fingerprint({"a": 1, "b": (1, 2)}) == fingerprint({"b": [1, 2], "a": 1})
+
+
+def test_non_default_run_gets_its_own_id(tmp_path, monkeypatch):
+    exp = get_experiment("kv-move")
+    fast = dataclasses.replace(exp, run=lambda p, log: {"unused": True}, schema="result.schema.json")
+    import repro.results as results
+    monkeypatch.setattr(results, "validate_result", lambda *a, **k: None)
+    default, _ = run_and_save(fast, RunParams(), tmp_path, log=lambda m: None)
+    other, ran = run_and_save(fast, RunParams(extra={"batch_size": "8"}), tmp_path, log=lambda m: None)
+    assert ran and default.parent.name == "sim-full-seed0" and other.parent.name == "sim-full-seed0-p" + fingerprint(
+        {"batch_size": 8})
+
+
+def test_lazy_command_table_matches_the_commands():
+    from repro.cli import COMMANDS
+    from repro.commands.bench import BENCHMARKS
+    for table in (COMMANDS, BENCHMARKS):
+        for name, (target, short) in table.items():
+            module, attr = target.split(":")
+            command = getattr(importlib.import_module(module), attr)
+            assert isinstance(command, click.Command) and command.get_short_help_str(1000) == short, name
+
+
+def test_simulate_system_names_are_the_simulators():
+    from reference_impl.sim.systems import SYSTEMS
+    from repro.commands.simulate import SYSTEM_NAMES
+    assert sorted(SYSTEM_NAMES) == sorted(SYSTEMS)
+
+
+def test_progress_log_prints_every_message_with_or_without_a_bar(monkeypatch, capsys):
+    from repro.progress import progress_log
+    for forced in ("0", "1"):
+        monkeypatch.setenv("REPRO_PROGRESS", forced)
+        with progress_log("toy") as log:
+            log("first")
+            log("second")
+        out = capsys.readouterr().out
+        assert out.splitlines() == ["first", "second"]
+
+
+def test_every_registered_experiment_imports_and_lists_its_params():
+    from repro.experiments.params import describe_params
+    for name in EXPERIMENTS:
+        assert describe_params(get_experiment(name)).startswith(name)
+
+
+def test_figures_show_the_default_run_not_a_later_non_default_one():
+    from repro.experiments.figures import main_result
+    runs = [{"run_id": rid, "params": {"quick": quick, "overrides": over}}
+            for rid, quick, over in (("sim-full-seed0", False, {}), ("sim-full-seed0-pab", False, {"link": "0.125"}),
+                                     ("sim-quick-seed0", True, {}))]
+    assert main_result(runs)["run_id"] == "sim-full-seed0"
+    assert main_result(runs[1:])["run_id"] == "sim-full-seed0-pab"
+    assert main_result(runs[2:])["run_id"] == "sim-quick-seed0"
+
+
+def test_long_commands_show_progress_on_stderr_only(tmp_path, monkeypatch, capsys):
+    from repro.cli import main
+    monkeypatch.setenv("REPRO_PROGRESS", "1")
+    main(["workloads", "generate", "--trace", "1", "--rate", "1", "--num-requests", "50", "--out",
+          str(tmp_path / "w.jsonl")])
+    out, err = capsys.readouterr()
+    assert out.startswith("wrote 50 requests") and out.count("\n") == 1
+    assert "generate:" in err and "write " in err  # the stage bar and the per-request bar

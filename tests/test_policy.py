@@ -1,0 +1,150 @@
+"""Infinite-llm 5.2 on the rManagers and schedulers: creditors reclaim, debtors retrieve, idle instances take
+waiting work, and random workloads on 2-5 instances all finish (or are rejected with a reason)."""
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from reference_impl.engine import Engine, EngineConfig
+from reference_impl.errors import InputError
+from reference_impl.rmanager import RManager
+from reference_impl.scheduler import Scheduler
+from reference_impl.sequence import Sequence, Status
+from test_control_plane import check_invariants
+
+
+class NullBackend:
+    """Tokens are 0; KV copies are bookkeeping only."""
+
+    def execute(self, instance, seqs, is_prefill):
+        return [0] * len(seqs)
+
+    def copy_blocks(self, pairs):
+        pass
+
+
+def cluster(*blocks):
+    peers = {}
+    return [RManager(i, n, 0, None, peers) for i, n in enumerate(blocks)]
+
+
+def all_creditors(debtor, num_blocks):
+    return [i for i in range(8) if i != debtor]  # a gManager hint naming every other instance
+
+
+def finish_moves(rms):
+    while any(rm.moves for rm in rms):
+        for rm in rms:
+            rm.advance_moves(lambda pairs: None, 4)
+
+
+def test_reclaim_brings_blocks_home_then_to_another_creditor():
+    debtor, creditor, other = cluster(4, 4, 4)
+    assert debtor.alloc_prompt(1, 6, all_creditors)
+    lender = creditor if creditor.num_lent else other
+    spare = other if lender is creditor else creditor
+    assert lender.num_lent == 2 and debtor.is_debtor and lender.is_creditor
+    assert lender.reclaim_lent(2) == 2  # the debtor is full: the blocks go to the other creditor
+    assert debtor.moves and all(m.src_inst == lender.inst_id for m in debtor.moves)
+    finish_moves([debtor, creditor, other])
+    assert lender.num_lent == 0 and spare.num_lent == 2 and not any(rm.reserved for rm in (debtor, creditor, other))
+    assert sorted(debtor.holders(1).items()) == sorted({0: 4, spare.inst_id: 2}.items())
+    check_invariants([debtor, creditor, other])
+
+
+def test_reclaim_goes_home_first():
+    debtor, creditor = cluster(4, 4)
+    assert debtor.alloc_prompt(1, 2) and debtor.alloc_prompt(2, 4, all_creditors)  # request 2: 2 here, 2 lent
+    debtor.free_request(1)  # room at home again
+    assert creditor.reclaim_lent(2) == 2
+    finish_moves([debtor, creditor])
+    assert debtor.holders(2) == {0: 4} and creditor.num_lent == 0 and not debtor.is_debtor
+
+
+def test_nothing_to_reclaim_anywhere_preempts_the_newest_request():
+    debtor, creditor = cluster(4, 4)
+    sched = Scheduler(creditor, block_size=4, max_batch_size=8, recommend=all_creditors)
+    old, new = Sequence(10, list(range(8)), 8), Sequence(11, list(range(4)), 8)
+    for seq in (old, new):
+        sched.add(seq)
+    assert sched.schedule()[0] == [old, new]  # prefill: 2 + 1 blocks of the creditor's 4
+    assert debtor.alloc_prompt(1, 5, all_creditors) and creditor.num_lent == 1 and creditor.num_free == 0
+    for seq in (old, new):  # both need a new block now
+        seq.output_ids += [0] * 4
+    scheduled, is_prefill = sched.schedule()
+    # the debtor is full and there is no other creditor: the lent block stays, the newest request is recomputed
+    assert not is_prefill and scheduled == [old] and new.status is Status.WAITING and new.num_preemptions == 1
+    check_invariants([debtor, creditor])
+
+
+def test_a_waiting_creditor_request_waits_for_reclaimed_room_without_preempting():
+    debtor, creditor = cluster(4, 4)
+    assert debtor.alloc_prompt(1, 2) and debtor.alloc_prompt(2, 4, all_creditors)  # 2 lent
+    debtor.free_request(1)
+    sched = Scheduler(creditor, block_size=4, max_batch_size=8, recommend=all_creditors)
+    sched.add(Sequence(20, list(range(16)), 2))  # needs all 4 blocks of the creditor
+    assert sched.schedule() == ([], False) and sched.is_head_blocked
+    assert debtor.moves and creditor.num_lent == 2  # called back, on its way
+    finish_moves([debtor, creditor])
+    admitted, is_prefill = sched.schedule()
+    assert is_prefill and [s.req_id for s in admitted] == [20] and creditor.holders(20) == {1: 4}
+
+
+def test_debtor_spends_room_from_a_retiring_request_on_retrieval_not_lending():
+    debtor, creditor = cluster(4, 8)
+    sched = Scheduler(debtor, block_size=4, max_batch_size=8, recommend=all_creditors)
+    short, long_ = Sequence(1, list(range(8)), 1), Sequence(2, list(range(15)), 2)  # long_ never grows
+    sched.add(short)
+    sched.add(long_)
+    assert sched.schedule()[0] == [short, long_] and debtor.num_borrowed == 2
+    assert debtor.num_lendable == 0  # a debtor lends nothing
+    sched.postprocess([short, long_], [0, 0])  # the short one retires: 2 blocks free at home
+    sched.schedule()
+    finish_moves([debtor, creditor])
+    assert debtor.holders(2) == {0: 4} and creditor.num_lent == 0
+
+
+def test_idle_instance_takes_the_waiting_request_that_fits():
+    engine = Engine(EngineConfig(num_instances=2, blocks_per_instance=4, block_size=4, gmanager_interval_steps=0),
+                    NullBackend())
+    busy, idle = engine.instances
+    big, small = Sequence(1, list(range(28)), 4), Sequence(2, list(range(4)), 2)
+    busy.scheduler.add(Sequence(0, list(range(12)), 50))
+    busy.step(engine.backend)  # takes 3 of its 4 blocks
+    busy.scheduler.add(big)  # needs 7 blocks: more than the cluster's 5 free
+    busy.scheduler.add(small)
+    busy.step(engine.backend)
+    filled = engine.fill_idle()
+    assert filled == [idle] and idle.scheduler.waiting[0] is small and list(busy.scheduler.waiting) == [big]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(num_instances=st.integers(2, 5), blocks=st.integers(3, 10), exclusive_roles=st.booleans(),
+       interval=st.integers(0, 3), requests=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)),
+                                                      min_size=1, max_size=14))
+def test_every_request_finishes_or_is_rejected_with_a_reason(num_instances, blocks, exclusive_roles, interval,
+                                                               requests):
+    config = EngineConfig(num_instances=num_instances, blocks_per_instance=blocks, block_size=4, max_batch_size=4,
+                          gmanager_interval_steps=interval, exclusive_roles=exclusive_roles)
+    engine = Engine(config, NullBackend())
+    accepted = []
+    for i, (prompt_len, output_len) in enumerate(requests):
+        seq = Sequence(i, list(range(prompt_len)), output_len)
+        try:
+            engine.add_request(seq)
+            accepted.append(seq)
+        except InputError as e:
+            assert "rBlocks" in str(e)  # rejected, with the reason
+            assert -(-(prompt_len + output_len) // 4) > blocks * num_instances  # ... only when it cannot fit
+    engine.run(max_steps=5000, on_step=lambda e: check_invariants(list(e.rmanagers.values()), exclusive_roles))
+    assert all(s.status is Status.FINISHED and len(s.output_ids) == s.max_new_tokens for s in accepted)
+    assert all(rm.pool.num_used == 0 and not rm.reserved and not rm.moves for rm in engine.rmanagers.values())
+
+
+def test_a_request_larger_than_its_instance_is_admitted_even_when_the_hint_is_stale():
+    a, b, c = cluster(4, 4, 4)
+    no_hint = lambda debtor, num_blocks: []  # heartbeats not heard yet: the gManager names no creditor
+    assert a.alloc_prompt(1, 10, no_hint)  # it can never fit alone: fresh lendable room is used
+    assert a.holders(1)[0] == 4 and sum(a.holders(1).values()) == 10
+    # one that could fit an instance waits for the gManager's word instead of taking a creditor's room
+    assert not a.alloc_prompt(2, 2, no_hint) and 2 not in a.tables
+    assert a.alloc_prompt(2, 2, all_creditors)
+    check_invariants([a, b, c])

@@ -1,0 +1,72 @@
+"""The Ray backend's data plane without Ray: two gloo processes, each an instance with its own rBlocks, run one
+lockstep step of DistAttention (`DistStep`) while a KV block moves between them. Each instance's attention must
+equal the local KV layer (`StepKV`) over both instances' caches in one process, and the moved block must land."""
+import types
+
+import pytest
+import torch
+
+from reference_impl.backends.ray_dataplane import DataPlane
+from reference_impl.backends.ray_step import DistStep, plan_step
+from reference_impl.dist_launch import run_ranks
+from reference_impl.kv_layer import StepKV
+from reference_impl.model import ModelConfig
+from reference_impl.rblock import CPU, DEVICE, RBlock
+
+CONFIG = ModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2)
+BLOCK = 4
+NUM_BLOCKS = 8
+# per instance, its sequences: (blocks as (inst, tier, address) in token order, tokens after this step).
+# Instance 0's first request lives on both instances and on its CPU tier; instance 1 borrows on instance 0.
+TABLES = {0: [([(0, DEVICE, 0), (1, DEVICE, 3), (0, CPU, 2)], 10), ([(0, DEVICE, 1)], 3)],
+          1: [([(1, DEVICE, 0), (1, DEVICE, 1)], 7), ([(0, DEVICE, 5), (1, DEVICE, 2)], 6), ([(1, CPU, 1)], 2)]}
+MOVE = (1, DEVICE, 4, 0, DEVICE, 6)  # instance 1's block 4 -> instance 0's block 6
+
+
+def all_caches(device):
+    gen = torch.Generator().manual_seed(7)
+    shape = (CONFIG.num_layers, NUM_BLOCKS, BLOCK, CONFIG.num_kv_heads, CONFIG.head_dim)
+    return {(inst, tier): (torch.randn(shape, generator=gen).to(device), torch.randn(shape, generator=gen).to(device))
+            for inst in (0, 1) for tier in (DEVICE, CPU)}
+
+
+def step_inputs(inst: int, is_prefill: bool, device="cpu"):
+    tables = [[RBlock(-1, i, t, a) for i, t, a in blocks] for blocks, _ in TABLES[inst]]
+    num_tokens = [n for _, n in TABLES[inst]]
+    num_new = num_tokens if is_prefill else [1] * len(tables)
+    gen = torch.Generator().manual_seed(100 + inst)
+    t, c = sum(num_new), CONFIG
+    qkv = [tuple(torch.randn(t, heads, c.head_dim, generator=gen).to(device)
+                 for heads in (c.num_heads, c.num_kv_heads, c.num_kv_heads)) for _ in range(c.num_layers)]
+    return tables, num_tokens, num_new, qkv
+
+
+def one_step(rank, world_size, device, is_prefill, backend):
+    caches = all_caches(device)
+    plans = {i: plan_step(*step_inputs(i, is_prefill)[:3], BLOCK, is_prefill) for i in (0, 1)}
+    shared = {i: {"asks": plans[i].asks, "pairs": [MOVE] if i == 1 else []} for i in (0, 1)}
+    plane = types.SimpleNamespace(rank_of={0: 0, 1: 1}, spec=types.SimpleNamespace(backend=backend))
+    plane.post = lambda sends, recvs, tag: DataPlane.post(plane, sends, recvs, tag)
+    mine = {tier: caches[(rank, tier)] for tier in (DEVICE, CPU)}
+    moved = [kv[:, MOVE[2]].clone() for kv in caches[(1, DEVICE)]]
+    step = DistStep(rank, plane, mine, plans[rank], shared, CONFIG, BLOCK, torch.float32, device)
+    tables, num_tokens, num_new, qkv = step_inputs(rank, is_prefill, device)
+    reference = StepKV({k: tuple(x.clone() for x in kv) for k, kv in all_caches(device).items()}, tables, num_tokens,
+                       num_new, BLOCK, is_prefill, device)
+    for layer, (q, k, v) in enumerate(qkv):
+        torch.testing.assert_close(step.attend(layer, q, k, v), reference.attend(layer, q, k, v),
+                                   rtol=1e-5, atol=1e-5)
+    if rank == 0:
+        for got, want in zip(mine[DEVICE], moved):
+            torch.testing.assert_close(got[:, MOVE[5]], want, rtol=0, atol=0)
+    return True
+
+
+@pytest.mark.parametrize("is_prefill", [False, True], ids=["decode", "prefill"])
+def test_dist_step_on_two_processes_matches_the_local_kv_layer(is_prefill):
+    assert run_ranks(one_step, 2, is_prefill, "gloo", backend="gloo")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs two CUDA devices")
+def test_dist_step_over_nccl_matches_the_local_kv_layer():
+    assert run_ranks(one_step, 2, False, "nccl", backend="nccl")
