@@ -221,7 +221,8 @@ def test_dgfm_swap_while_the_loops_run_keeps_the_tokens():
     at home, and the tokens equal a roomy local run."""
     from reference_impl.protocol import MoveKVCache
 
-    engine = RayEngine(EngineConfig(2, 6, block_size=4, gmanager_interval_steps=0), MODEL)
+    # exclusive_roles (infinite-llm 5.2) refuses the second lend of a cycle; distkv-llm's lend-and-borrow makes it
+    engine = RayEngine(EngineConfig(2, 6, block_size=4, gmanager_interval_steps=0, exclusive_roles=False), MODEL)
     try:
         seqs = [Sequence(0, list(range(1, 10)), 7), Sequence(1, list(range(20, 29)), 7),
                 Sequence(2, [4, 5, 6, 7, 8], 3), Sequence(3, [9, 8, 7, 6, 5], 3)]
