@@ -97,6 +97,8 @@ def execute_swap(swap: Swap, rmanagers, copy_blocks) -> None:
     """Carry a swap out on the rManagers at once: release every recalled block, then re-home them."""
     moved = []
     for req_id, creditor, home, n in swap.recalls:
+        if req_id not in rmanagers[home].tables:  # finished since the plan's heartbeat: nothing to bring home
+            continue
         table = rmanagers[home].tables[req_id]
         indexes = [i for i, b in enumerate(table) if b.inst_id == creditor][:n]
         for i in indexes:

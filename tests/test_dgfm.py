@@ -82,6 +82,19 @@ def test_swap_removes_the_cycle_and_keeps_block_counts():
     assert find_cycle(graph, [0, 1, 2]) is None
 
 
+def test_a_swap_planned_before_a_request_finished_skips_it():
+    """On Ray a swap reaches the instance after the heartbeat it was planned on: a request that finished since
+    has nothing to bring home; the others of the cycle are still swapped and no block leaks."""
+    rms, gm = cycle_cluster({(0, 1): 3, (1, 0): 3})
+    swap = gm.plan_dgfm(np.random.default_rng(0))
+    assert swap is not None and {r for r, *_ in swap.recalls} == {0, 1}
+    rms[0].free_request(0)
+    copied = []
+    execute_swap(swap, rms, copied.extend)
+    assert len(copied) == 3 and rms[0].hosted.get(1, 0) == 0 and rms[1].hosted[1] == 10  # request 1 all home
+    assert [rm.pool.num_used for rm in rms] == [0, 10, 10]  # request 0 freed everywhere: nothing leaked (2 untouched)
+
+
 def test_small_debts_are_not_swapped():
     rms, gm = cycle_cluster({(0, 1): 1, (1, 0): 4})
     assert gm.plan_dgfm(np.random.default_rng(0)) is None

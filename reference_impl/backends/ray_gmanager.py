@@ -14,6 +14,8 @@ import ray
 
 from reference_impl.gmanager import GManager
 
+DELIVERY_TIMEOUT_S = 5.0  # a dead instance never acknowledges; failover is the heartbeats' job
+
 
 @ray.remote(max_concurrency=4)
 class GManagerActor:
@@ -51,10 +53,11 @@ class GManagerActor:
             moves = [m for m in self.gm.run_round() if homes.get(m.req_id) in self.instances]
             swap = self.gm.plan_dgfm(self.rng) if self.use_dgfm else None
             self.num_rounds += 1
-        for m in moves:
-            self.instances[homes[m.req_id]].move_kvcache.remote(m)
+        sent = [self.instances[homes[m.req_id]].move_kvcache.remote(m) for m in moves]
         if swap is not None:
-            self.instances[min(self.instances)].swap.remote(swap)
+            sent.append(self.instances[min(self.instances)].swap.remote(swap))
+        # the round ends with its instructions in the inboxes: a late swap would meet requests that finished since
+        ray.wait(sent, num_returns=len(sent), timeout=DELIVERY_TIMEOUT_S)
         return moves
 
     def swap_done(self, swap) -> None:

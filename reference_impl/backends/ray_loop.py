@@ -9,9 +9,11 @@ Thread safety: the token is the lock of the control plane. An rManager is only t
 control phase, either directly or through an actor call (`RemoteRManager`) that its actor's threads serve
 while the holder waits; the compute phase reads nothing of the control plane, only the plan it was given.
 """
+import os
 import queue
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 
 import ray
@@ -89,7 +91,10 @@ class InstanceLoop:
             except Exception as err:  # noqa: BLE001 (a peer died, or a bug): the driver re-forms the group or stops
                 if self.stopping:
                     return
-                self.snapshot = {**self.snapshot, "state": "broken", "error": str(err).splitlines()[0][:200]}
+                where = traceback.extract_tb(err.__traceback__)[-1]
+                text = f"{type(err).__name__}: {str(err).splitlines()[0][:600] if str(err) else ''} " \
+                       f"({os.path.basename(where.filename)}:{where.lineno})"
+                self.snapshot = {**self.snapshot, "state": "broken", "error": text}
                 self.plane.close()
                 spec, dead, homed_there, make_plane = self.reforms.get()
                 self.plane = make_plane(spec)
