@@ -6,23 +6,18 @@ import click
 import pytest
 
 from reference_impl.errors import InputError
-from repro.experiments import params as params_module
 from repro.experiments.base import Experiment, RunParams, default_run_id
 from repro.experiments.params import Param, fingerprint, positive_int
 from repro.experiments.registry import EXPERIMENTS, get_experiment
 from repro.results import resolve_params, run_and_save
 
-# the experiments issue 14 declared; e2e and e2e-datasets (issue 12) and sim-vs-real (issue 16) declare theirs
-DECLARED_HERE = ("attention-micro", "migration", "kv-move", "remote-vs-local", "motivation", "context-length",
-                 "perf-model", "dgfm", "lamina")
-
-
-@pytest.mark.parametrize("name", DECLARED_HERE)
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
 def test_experiment_declares_its_params_once(name):
     exp = get_experiment(name)
-    assert exp.params is not None
-    names = [p.name for p in exp.params]
-    assert len(names) == len(set(names))
+    assert isinstance(exp.params, tuple) and all(isinstance(p, Param) for p in exp.params)
+    for backend in exp.backends:  # a key may be declared once per backend (e2e's sim and ray sets)
+        names = [p.name for p in exp.params if not p.backends or backend in p.backends]
+        assert len(names) == len(set(names)), backend
     for p in exp.params:  # every declared default parses back to itself through its own type
         assert p.help and (p.default is None or p.type(str(p.default).lower() if isinstance(p.default, bool)
                                                         else str(p.default)) == p.default)
@@ -32,14 +27,13 @@ def _toy(params):
     return Experiment("toy", (), "none.json", lambda p, log: {}, default_run_id, params=params)
 
 
-def test_undeclared_experiment_passes_text_now_and_takes_nothing_after_the_switch(monkeypatch):
-    legacy = _toy(None)
-    typed, changed = resolve_params(legacy, RunParams(extra={"anything": "1"}))
-    assert typed.extra == {"anything": "1"} and changed == {"anything": "1"}
-    monkeypatch.setattr(params_module, "UNDECLARED_TAKES_NO_PARAMS", True)
-    with pytest.raises(InputError, match="valid keys: none"):
-        resolve_params(legacy, RunParams(extra={"anything": "1"}))
-    assert resolve_params(legacy, RunParams())[1] == {}
+def test_an_experiment_that_declares_nothing_rejects_every_param():
+    bare = Experiment("toy", (), "none.json", lambda p, log: {}, default_run_id)  # params left out
+    for exp in (bare, _toy(())):
+        for key in ("anything", "link", "seeds"):
+            with pytest.raises(InputError, match="valid keys: none"):
+                resolve_params(exp, RunParams(extra={key: "1"}))
+        assert resolve_params(exp, RunParams()) == (RunParams(), {})
 
 
 def test_only_non_default_values_change_the_run():

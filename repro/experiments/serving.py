@@ -11,7 +11,6 @@ from multiprocessing import get_context
 import numpy as np
 
 from reference_impl.backends.sim import simulate
-from reference_impl.errors import InputError
 from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
 from reference_impl.sim.metrics import ServingPoint
@@ -127,14 +126,3 @@ def default_workers(params) -> int:
     if workers is not None:
         return max(1, int(workers))
     return 1 if params.quick else max(1, len(os.sched_getaffinity(0)))
-
-
-def param(params, key: str, cast, default):
-    """A legacy --param value (experiments that have not declared theirs in params.py get raw strings)."""
-    raw = params.extra.get(key)
-    if raw is None:
-        return default
-    try:
-        return cast(raw)
-    except (TypeError, ValueError):
-        raise InputError(f"--param {key}={raw!r} is not a valid {cast.__name__}") from None
