@@ -40,7 +40,7 @@ def scaled(requests: list[Request], max_tokens: int) -> list[Request]:
 def run_on_ray(params, log, groups: list[dict]) -> dict:
     """Data in serving.schema.json's shape for the given groups of an experiment."""
     from reference_impl.backends.ray import RayConfig, init_ray
-    from reference_impl.backends.ray_serving import serve, system_config
+    from reference_impl.backends.ray_serving import engine_config, serve
     from reference_impl.model import resolve_model
     from reference_impl.sequence import num_blocks_for
 
@@ -70,7 +70,7 @@ def run_on_ray(params, log, groups: list[dict]) -> dict:
                 requests = scaled(workload(trace_id=g["trace_id"], num_requests=num_requests, rate_per_s=rate,
                                            seed=params.seed, source=source), max_tokens)
                 for system in ("infinite-llm", g["baseline"]):
-                    config = system_config(system, num_instances, blocks, block_size, seed=params.seed)
+                    config = engine_config(system, num_instances, blocks, block_size, seed=params.seed)
                     t0 = time.perf_counter()
                     result = serve(model, requests, config, ray_config, seed=params.seed)
                     p = ServingPoint.of_result(system, rate, result, wall_s=time.perf_counter() - t0,
@@ -85,5 +85,6 @@ def run_on_ray(params, log, groups: list[dict]) -> dict:
         if started:
             import ray
             ray.shutdown()
-    device = "GPU" if ray_config.gpus_per_instance else "CPU"
-    return {"gpu": f"Ray actors on {device}", "link": "Ray object store", "source": source, "groups": out}
+    on_gpu = ray_config.gpus_per_instance > 0
+    link = "torch.distributed between the Ray actors (" + ("NCCL" if on_gpu else "gloo") + "; Ray: control only)"
+    return {"gpu": f"Ray actors on {'GPU' if on_gpu else 'CPU'}", "link": link, "source": source, "groups": out}
