@@ -1,5 +1,6 @@
 """Declared --param sets, run ids of non-default runs, the lazy command table and the progress helper."""
 import dataclasses
+import json
 import importlib
 
 import click
@@ -108,3 +109,42 @@ def test_long_commands_show_progress_on_stderr_only(tmp_path, monkeypatch, capsy
     out, err = capsys.readouterr()
     assert out.startswith("wrote 50 requests") and out.count("\n") == 1
     assert "generate:" in err and "write " in err  # the stage bar and the per-request bar
+
+
+def _fake_point(task):
+    return {"steady_output_tok_s": task.rate_per_s, "num_finished": 1, "num_requests": 1, "sim_wall_s": 0.0}
+
+
+def test_simulated_points_count_on_a_bar_on_stderr_and_log_on_stdout(monkeypatch, capsys):
+    from repro.experiments.serving import PointTask, run_tasks
+    from repro.progress import progress_log
+    tasks = [PointTask("vllm-m", None, (), rate, "toy", runner=_fake_point) for rate in (1.0, 2.0, 3.0)]
+    for forced in ("0", "1"):
+        monkeypatch.setenv("REPRO_PROGRESS", forced)
+        with progress_log("toy") as log:
+            points = run_tasks(tasks, log)
+        out, err = capsys.readouterr()
+        assert [p["steady_output_tok_s"] for p in points] == [1.0, 2.0, 3.0]
+        assert len(out.splitlines()) == 3 and all("toy vllm-m" in line for line in out.splitlines())
+        assert ("simulated points" in err and "/3 " in err) == (forced == "1")  # a bar of 3 points
+
+
+@pytest.mark.parametrize("argv, bar, rows", [
+    (["bench", "engine", "--batches", "1,2", "--instances", "1,2", "--prompt-len", "4", "--decode-steps", "3",
+      "--repeats", "2"], "bench engine", 4),
+    (["bench", "attention", "--models", "llama2-70b", "--contexts", "64", "--batches", "1,2", "--backend", "torch"],
+     "bench attention", 2),
+])
+def test_benchmarks_show_progress_on_stderr_and_their_table_on_stdout(argv, bar, rows, tmp_path, monkeypatch,
+                                                                       capsys):
+    from repro.cli import main
+    out_path = tmp_path / "points.json"
+    lines = []
+    for forced in ("0", "1"):
+        monkeypatch.setenv("REPRO_PROGRESS", forced)
+        main([*argv, "--out", str(out_path)])
+        out, err = capsys.readouterr()
+        assert (bar in err) == (forced == "1") and "\r" not in out
+        assert out.splitlines()[-1] == f"wrote {out_path}" and json.loads(out_path.read_text())["points"]
+        lines.append(len(out.splitlines()))
+    assert lines[0] == lines[1] >= rows + 3  # the same table with or without the bar
