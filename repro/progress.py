@@ -1,6 +1,7 @@
 """Progress for commands that can run longer than ~10 s: a tqdm bar on stderr.
 
     for case in progress(cases, desc="attention check", unit="case"): ...
+    with live_bar(desc="points", total=n, unit="point") as bar: ...; say(bar, "a row"); bar.update()
     with progress_log("e2e") as log: experiment.run(params, log)   # each log line printed, the bar ticks
 
 Shown when stderr is a terminal; REPRO_PROGRESS=1 forces it on (e.g. in CI logs), 0 off. Output of the command
@@ -33,10 +34,10 @@ def progress(iterable: Iterable | None = None, *, desc: str, total: int | None =
 
 
 @contextmanager
-def progress_log(desc: str, echo=print) -> Iterator:
-    """A `log(message)` callable for long runs: prints each message above a bar that counts them and shows the
-    elapsed time, redrawn every REFRESH_S so a quiet minute still shows the command is alive."""
-    bar = progress(desc=desc, unit="step")
+def live_bar(*, desc: str, total: int | None = None, unit: str = "it") -> Iterator[tqdm]:
+    """A manual progress bar (`.update(n)`) redrawn every REFRESH_S, so the elapsed time moves while one long
+    item runs."""
+    bar = progress(desc=desc, total=total, unit=unit)
     stop = threading.Event()
 
     def refresh():
@@ -46,18 +47,30 @@ def progress_log(desc: str, echo=print) -> Iterator:
     ticker = threading.Thread(target=refresh, daemon=True)
     if not bar.disable:
         ticker.start()
-
-    def log(message: str) -> None:
-        if bar.disable:
-            echo(message)
-        else:
-            bar.write(str(message), file=sys.stdout)
-            bar.update(1)
-
     try:
-        yield log
+        yield bar
     finally:
         stop.set()
         if ticker.is_alive():
             ticker.join()
         bar.close()
+
+
+def say(bar: tqdm, message: str, echo=print) -> None:
+    """Print `message` on stdout above `bar` (or by `echo` when the bar is off)."""
+    if bar.disable:
+        echo(message)
+    else:
+        bar.write(str(message), file=sys.stdout)
+
+
+@contextmanager
+def progress_log(desc: str, echo=print) -> Iterator:
+    """A `log(message)` callable for long runs: prints each message above a bar that counts them and shows the
+    elapsed time, redrawn every REFRESH_S so a quiet minute still shows the command is alive."""
+    with live_bar(desc=desc, unit="step") as bar:
+        def log(message: str) -> None:
+            say(bar, message, echo)
+            bar.update(1)
+
+        yield log

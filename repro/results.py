@@ -12,7 +12,7 @@ import jsonschema
 from reference_impl.errors import InputError
 from repro.atomic import check_writable_dir, write_json_atomic
 from repro.experiments.base import Experiment, RunParams
-from repro.experiments.params import declared_params, fingerprint, overrides, parse_params
+from repro.experiments.params import fingerprint, overrides, parse_params
 
 RESULT_FILE = "result.json"
 
@@ -54,9 +54,8 @@ def resolve_params(exp: Experiment, params: RunParams) -> tuple[RunParams, dict]
     if params.backend not in exp.backends:
         raise InputError(f"experiment {exp.name!r} runs on backends {', '.join(exp.backends)}, "
                          f"not {params.backend!r}")
-    declared = declared_params(exp)
-    typed = params.extra if declared is None else parse_params(exp.name, declared, params.extra, params.backend)
-    return replace(params, extra=typed), overrides(declared, params.extra, typed)
+    typed = parse_params(exp.name, exp.params, params.extra, params.backend)
+    return replace(params, extra=typed), overrides(exp.params, params.extra, typed)
 
 
 def check_run_id(run_id: str) -> str:

@@ -100,3 +100,27 @@ def test_the_local_engine_serves_every_request_on_either_clock(clock):
     assert sum(result.step_tokens) == sum(r.output_len for r in requests)
     for r in result.requests:
         assert r.arrival_s <= r.first_token_s <= r.finish_s
+
+
+class EveryOtherStepEngine(OneAtATimeEngine):
+    """As OneAtATimeEngine, but only every other step brings a token (a Ray collection often finds none)."""
+
+    idle = False
+
+    def step(self):
+        self.idle = not self.idle
+        if self.idle:
+            self.clock.now_s += self.step_s
+            self.num_steps += 1
+            return []
+        return super().step()
+
+
+def test_steps_without_tokens_leave_no_point_on_the_timeline():
+    clock = FakeClock()
+    requests = [Request(0, 0.0, 4, 3, "t")]
+    result = serve_on_clock(EveryOtherStepEngine(clock, 0.5, 8), requests, [[0] * 4], time_limit_s=100,
+                            clock=clock, sleep=clock.sleep)
+    (r0,) = result.requests
+    assert (r0.first_token_s, r0.finish_s) == (1.0, 3.0)  # a token each 2 steps of 0.5 s
+    assert result.step_tokens == [1, 1, 1] and result.step_end_s == [1.0, 2.0, 3.0] and result.num_steps == 6

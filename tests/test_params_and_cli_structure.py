@@ -1,28 +1,24 @@
 """Declared --param sets, run ids of non-default runs, the lazy command table and the progress helper."""
 import dataclasses
+import json
 import importlib
 
 import click
 import pytest
 
 from reference_impl.errors import InputError
-from repro.experiments import params as params_module
 from repro.experiments.base import Experiment, RunParams, default_run_id
 from repro.experiments.params import Param, fingerprint, positive_int
 from repro.experiments.registry import EXPERIMENTS, get_experiment
 from repro.results import resolve_params, run_and_save
 
-# the experiments issue 14 declared; e2e and e2e-datasets (issue 12) and sim-vs-real (issue 16) declare theirs
-DECLARED_HERE = ("attention-micro", "migration", "kv-move", "remote-vs-local", "motivation", "context-length",
-                 "perf-model", "dgfm", "lamina")
-
-
-@pytest.mark.parametrize("name", DECLARED_HERE)
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
 def test_experiment_declares_its_params_once(name):
     exp = get_experiment(name)
-    assert exp.params is not None
-    names = [p.name for p in exp.params]
-    assert len(names) == len(set(names))
+    assert isinstance(exp.params, tuple) and all(isinstance(p, Param) for p in exp.params)
+    for backend in exp.backends:  # a key may be declared once per backend (e2e's sim and ray sets)
+        names = [p.name for p in exp.params if not p.backends or backend in p.backends]
+        assert len(names) == len(set(names)), backend
     for p in exp.params:  # every declared default parses back to itself through its own type
         assert p.help and (p.default is None or p.type(str(p.default).lower() if isinstance(p.default, bool)
                                                         else str(p.default)) == p.default)
@@ -32,14 +28,13 @@ def _toy(params):
     return Experiment("toy", (), "none.json", lambda p, log: {}, default_run_id, params=params)
 
 
-def test_undeclared_experiment_passes_text_now_and_takes_nothing_after_the_switch(monkeypatch):
-    legacy = _toy(None)
-    typed, changed = resolve_params(legacy, RunParams(extra={"anything": "1"}))
-    assert typed.extra == {"anything": "1"} and changed == {"anything": "1"}
-    monkeypatch.setattr(params_module, "UNDECLARED_TAKES_NO_PARAMS", True)
-    with pytest.raises(InputError, match="valid keys: none"):
-        resolve_params(legacy, RunParams(extra={"anything": "1"}))
-    assert resolve_params(legacy, RunParams())[1] == {}
+def test_an_experiment_that_declares_nothing_rejects_every_param():
+    bare = Experiment("toy", (), "none.json", lambda p, log: {}, default_run_id)  # params left out
+    for exp in (bare, _toy(())):
+        for key in ("anything", "link", "seeds"):
+            with pytest.raises(InputError, match="valid keys: none"):
+                resolve_params(exp, RunParams(extra={key: "1"}))
+        assert resolve_params(exp, RunParams()) == (RunParams(), {})
 
 
 def test_only_non_default_values_change_the_run():
@@ -114,3 +109,42 @@ def test_long_commands_show_progress_on_stderr_only(tmp_path, monkeypatch, capsy
     out, err = capsys.readouterr()
     assert out.startswith("wrote 50 requests") and out.count("\n") == 1
     assert "generate:" in err and "write " in err  # the stage bar and the per-request bar
+
+
+def _fake_point(task):
+    return {"steady_output_tok_s": task.rate_per_s, "num_finished": 1, "num_requests": 1, "sim_wall_s": 0.0}
+
+
+def test_simulated_points_count_on_a_bar_on_stderr_and_log_on_stdout(monkeypatch, capsys):
+    from repro.experiments.serving import PointTask, run_tasks
+    from repro.progress import progress_log
+    tasks = [PointTask("vllm-m", None, (), rate, "toy", runner=_fake_point) for rate in (1.0, 2.0, 3.0)]
+    for forced in ("0", "1"):
+        monkeypatch.setenv("REPRO_PROGRESS", forced)
+        with progress_log("toy") as log:
+            points = run_tasks(tasks, log)
+        out, err = capsys.readouterr()
+        assert [p["steady_output_tok_s"] for p in points] == [1.0, 2.0, 3.0]
+        assert len(out.splitlines()) == 3 and all("toy vllm-m" in line for line in out.splitlines())
+        assert ("simulated points" in err and "/3 " in err) == (forced == "1")  # a bar of 3 points
+
+
+@pytest.mark.parametrize("argv, bar, rows", [
+    (["bench", "engine", "--batches", "1,2", "--instances", "1,2", "--prompt-len", "4", "--decode-steps", "3",
+      "--repeats", "2"], "bench engine", 4),
+    (["bench", "attention", "--models", "llama2-70b", "--contexts", "64", "--batches", "1,2", "--backend", "torch"],
+     "bench attention", 2),
+])
+def test_benchmarks_show_progress_on_stderr_and_their_table_on_stdout(argv, bar, rows, tmp_path, monkeypatch,
+                                                                       capsys):
+    from repro.cli import main
+    out_path = tmp_path / "points.json"
+    lines = []
+    for forced in ("0", "1"):
+        monkeypatch.setenv("REPRO_PROGRESS", forced)
+        main([*argv, "--out", str(out_path)])
+        out, err = capsys.readouterr()
+        assert (bar in err) == (forced == "1") and "\r" not in out
+        assert out.splitlines()[-1] == f"wrote {out_path}" and json.loads(out_path.read_text())["points"]
+        lines.append(len(out.splitlines()))
+    assert lines[0] == lines[1] >= rows + 3  # the same table with or without the bar

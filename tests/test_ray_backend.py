@@ -197,6 +197,21 @@ def test_ray_config_rejects_bad_settings():
         check_reachable("127.0.0.1:1", 5.0)
 
 
+def test_ray_systems_are_the_simulators_policies_over_the_same_rblocks():
+    from reference_impl.backends.ray_serving import engine_config
+    from reference_impl.errors import InputError
+    from reference_impl.sim.systems import SYSTEMS
+
+    configs = {system: engine_config(system, 3, 10, 8, seed=1) for system in SYSTEMS}
+    for c in configs.values():  # every system holds the cluster's 30 rBlocks
+        assert c.num_instances * c.blocks_per_instance == 30 and c.block_size == 8 and c.seed == 1
+    assert (configs["infinite-llm"].num_instances, configs["infinite-llm"].pooling) == (3, True)
+    assert (configs["vllm-m"].num_instances, configs["vllm-m"].pooling) == (3, False)
+    assert (configs["vllm-s"].num_instances, configs["vllm-s"].pooling) == (1, False)
+    with pytest.raises(InputError, match="unknown system"):
+        engine_config("vllm-x", 3, 10, 8)
+
+
 def test_e2e_quick_on_ray_validates_against_the_schema(tmp_path):
     from repro.experiments.base import RunParams
     from repro.experiments.registry import get_experiment
@@ -213,6 +228,7 @@ def test_e2e_quick_on_ray_validates_against_the_schema(tmp_path):
     # the longest request needs 4/3 of an instance: vLLM-M rejects it, pooled KV serves everything
     assert points["infinite-llm"]["num_finished"] == 4 and points["infinite-llm"]["output_tok_s"] > 0
     assert points["infinite-llm"]["mean_ttft_s"] > 0 and points["vllm-m"]["num_rejected"] >= 1
+    assert result["data"]["link"].startswith("torch.distributed")
 
 
 def test_dgfm_swap_while_the_loops_run_keeps_the_tokens():

@@ -15,17 +15,19 @@ from repro.results import load_results, result_path, run_and_save
 
 TOY = textwrap.dedent('''
     from repro.experiments.base import ClaimRow, Experiment, default_run_id
+    from repro.experiments.params import Param, boolean
 
     CALLS = []
 
     def run(params, log):
         CALLS.append(params)
-        return {"value": 2.5 if params.extra.get("bad") is None else "oops"}
+        return {"value": "oops" if params.extra["bad"] else 2.5}
 
     def claims(results):
         return [ClaimRow("kv-move-overhead", "toy metric", "1-3x", 1.0, 3.0, results[0]["data"]["value"], "x")]
 
-    EXPERIMENT = Experiment("toy", ("toy Fig 0",), "toy.schema.json", run, default_run_id, claims=claims)
+    EXPERIMENT = Experiment("toy", ("toy Fig 0",), "toy.schema.json", run, default_run_id, claims=claims,
+                            params=(Param("bad", boolean, False, "return data that fails the schema"),))
 ''')
 SCHEMA = {"type": "object", "required": ["value"], "properties": {"value": {"type": "number"}}}
 
@@ -57,7 +59,7 @@ def test_run_saves_validated_result_then_skips_unless_forced(toy, tmp_path):
 
 def test_result_that_fails_its_schema_is_not_written(toy, tmp_path):
     with pytest.raises(InputError, match="fails its schema at value"):
-        run_and_save(toy, RunParams(extra={"bad": "1"}), tmp_path, log=lambda m: None)
+        run_and_save(toy, RunParams(extra={"bad": "true"}), tmp_path, log=lambda m: None)
     assert not any(tmp_path.rglob("*.json"))
 
 

@@ -1,9 +1,11 @@
 """The one serving summary (reference_impl/sim/metrics.py): the steady-state window by hand, the fallback for
 bursts, and the same numbers from the simulator's and the real engines' request records."""
 import pytest
+from jsonschema import validate
 
 from baselines.vllm_metrics import ServedRequest, serving_point, summarize
-from reference_impl.sim.metrics import FINISHED, RequestMetrics, ServingPoint, SimResult, summarize_records
+from reference_impl.sim.metrics import FINISHED, RequestMetrics, ServingPoint, SimResult, summarize_records, tpot_s
+from repro.results import load_schema
 
 
 def _records(cls, n=10):
@@ -43,3 +45,19 @@ def test_sim_and_real_records_give_one_summary_and_one_point():
     point = serving_point("vllm-m", 1.0, b, wall_s=1.0)
     assert point == ServingPoint.of("vllm-m", 1.0, a, wall_s=1.0).to_dict()
     assert point["steady_output_tok_s"] == pytest.approx(2.0) and point["idle_waiting_frac"] == 0.0
+
+
+def test_tpot_counts_only_finished_requests_of_two_or_more_tokens_and_reaches_the_point():
+    # by hand: request 0 makes 5 tokens, the last 4 over 2 s (0.5 s each); request 1 makes 3, the last 2 over 3 s
+    records = [RequestMetrics(0, 0.0, 4, 5, status=FINISHED, first_token_s=1.0, finish_s=3.0),
+               RequestMetrics(1, 0.5, 4, 3, status=FINISHED, first_token_s=1.5, finish_s=4.5),
+               RequestMetrics(2, 1.0, 4, 1, status=FINISHED, first_token_s=2.0, finish_s=2.0),  # no TPOT
+               RequestMetrics(3, 1.5, 4, 9)]  # unfinished: no TPOT
+    assert [tpot_s(r) for r in records] == [0.5, 1.5, None, None]
+    s = summarize_records(records)
+    assert s.mean_tpot_s == pytest.approx(1.0) and s.mean_tpot_ms == pytest.approx(1e3 * s.mean_tpot_s)
+    assert s.mean_tpot_s < s.p99_tpot_s <= 1.5
+    point = ServingPoint.of("infinite-llm", 1.0, s, wall_s=0.0).to_dict()
+    assert (point["mean_tpot_s"], point["p99_tpot_s"]) == (s.mean_tpot_s, s.p99_tpot_s)
+    validate(point, load_schema("serving.schema.json")["$defs"]["point"])  # the record the schema accepts
+    assert summarize_records(records[2:]).mean_tpot_s is None

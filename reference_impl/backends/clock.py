@@ -1,9 +1,12 @@
-"""Serving on the wall clock, for any engine with `add_request(seq) -> inst_id`, `has_work` and `step() -> finished`.
+"""The one wall-clock serving loop, for any engine with `add_request(seq) -> inst_id`, `has_work` and
+`step() -> finished`: the local engine (backends/local.py), and the Ray engine, whose step collects what its
+instances produced meanwhile (backends/ray_serving.py).
 
 Each request joins the engine at its arrival time (between steps, as the simulator's instances pick up arrivals
 at their next step), the engine steps while there is work, and the loop sleeps to the next arrival when idle.
 The records are the simulator's (`sim/metrics.py`), so a real run and a simulated run summarise alike. The
-engine must keep the `Sequence` objects it is given up to date (the local engine mutates them in place).
+engine must keep the `Sequence` objects it is given up to date (the local engine mutates them in place, the Ray
+engine mirrors its actors' tokens into them).
 """
 import time
 
@@ -74,9 +77,11 @@ def serve_on_clock(engine, requests, prompts: list[list[int]], *, time_limit_s: 
         before = sum(len(seq.output_ids) for seq, _ in live.values())
         finished = engine.step()
         end_s = clock() - t0
-        result.step_tokens.append(sum(len(seq.output_ids) for seq, _ in live.values()) - before)
-        result.step_end_s.append(end_s)
-        result.step_inst.append(-1)  # one engine step covers every instance
+        num_tokens = sum(len(seq.output_ids) for seq, _ in live.values()) - before
+        if num_tokens:  # the timeline is of tokens; a Ray collection often brings none
+            result.step_tokens.append(num_tokens)
+            result.step_end_s.append(end_s)
+            result.step_inst.append(-1)  # one engine step covers every instance
         for seq, record in live.values():
             if seq.output_ids and record.first_token_s is None:
                 record.first_token_s = end_s

@@ -97,10 +97,12 @@ class Summary:
     mean_norm_latency_s: float | None  # mean over requests of latency / output tokens (the papers' y-axis)
     mean_ttft_s: float | None
     p99_ttft_s: float | None
+    mean_tpot_s: float | None  # `tpot_s` over finished requests of 2+ output tokens
+    p99_tpot_s: float | None
     mean_ttft_ms: float | None
     p50_ttft_ms: float | None
     p99_ttft_ms: float | None
-    mean_tpot_ms: float | None  # (finish - first token) / (output tokens - 1), requests of 2+ tokens
+    mean_tpot_ms: float | None
     p50_tpot_ms: float | None
     p99_tpot_ms: float | None
 
@@ -115,6 +117,14 @@ class Summary:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "num_failed": self.num_failed}
+
+
+def tpot_s(record) -> float | None:
+    """Time per output token after the first (vLLM benchmarks' TPOT): (finish - first token) / (output tokens - 1);
+    None for a request not finished or of one output token."""
+    if record.status != FINISHED or record.output_len < 2:
+        return None
+    return (record.finish_s - record.first_token_s) / (record.output_len - 1)
 
 
 def _stats(values, scale: float = 1.0) -> tuple:
@@ -136,7 +146,7 @@ def summarize_records(records, step_end_s=(), step_tokens=()) -> Summary:
     rejected = sum(r.status == REJECTED for r in records)
     unfinished = n - len(done) - rejected
     if not done:
-        return Summary(n, 0, rejected, unfinished, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, *([None] * 12))
+        return Summary(n, 0, rejected, unfinished, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, *([None] * 14))
     arrivals = np.sort([r.arrival_s for r in records])
     start = float(arrivals[0])
     span = max(r.finish_s for r in done) - start
@@ -163,13 +173,14 @@ def summarize_records(records, step_end_s=(), step_tokens=()) -> Summary:
         steady_total = (out + prompt) / span if span > 0 else 0.0
     lat = [r.finish_s - r.arrival_s for r in done]
     ttft = [r.first_token_s - r.arrival_s for r in done]
-    tpot = [(r.finish_s - r.first_token_s) / (r.output_len - 1) for r in done if r.output_len > 1]
+    tpot = [t for t in map(tpot_s, done) if t is not None]
     mean_lat, p50_lat, p99_lat = _stats(lat)
     mean_ttft, _, p99_ttft = _stats(ttft)
+    mean_tpot, _, p99_tpot = _stats(tpot)
     return Summary(n, len(done), rejected, unfinished, out / span if span > 0 else 0.0, window_tok_s,
                    (out + prompt) / span if span > 0 else 0.0, steady_out, steady_total, steady_s, float(span),
                    mean_lat, p50_lat, p99_lat, float(np.mean([r.latency_s / r.output_len for r in done])),
-                   mean_ttft, p99_ttft, *_stats(ttft, 1e3), *_stats(tpot, 1e3))
+                   mean_ttft, p99_ttft, mean_tpot, p99_tpot, *_stats(ttft, 1e3), *_stats(tpot, 1e3))
 
 
 def summarize(result: SimResult) -> Summary:
@@ -201,6 +212,8 @@ class ServingPoint:
     idle_waiting_frac: float
     sim_wall_s: float  # wall time of the run (simulated or real)
     seed: int = 0
+    mean_tpot_s: float | None = None
+    p99_tpot_s: float | None = None
 
     @classmethod
     def of(cls, system: str, rate_per_s: float, s: Summary, *, wall_s: float, seed: int = 0, num_preemptions: int = 0,
@@ -208,7 +221,8 @@ class ServingPoint:
         return cls(system, rate_per_s, s.num_requests, s.num_finished, s.num_rejected, s.num_unfinished,
                    s.output_tok_s, s.window_tok_s, s.total_tok_s, s.steady_output_tok_s, s.steady_total_tok_s,
                    s.mean_norm_latency_s, s.mean_latency_s, s.p99_latency_s, s.mean_ttft_s, s.p99_ttft_s,
-                   s.makespan_s, num_preemptions, num_moved_blocks, idle_waiting_frac, round(wall_s, 3), seed)
+                   s.makespan_s, num_preemptions, num_moved_blocks, idle_waiting_frac, round(wall_s, 3), seed,
+                   s.mean_tpot_s, s.p99_tpot_s)
 
     @classmethod
     def of_result(cls, system: str, rate_per_s: float, result: SimResult, *, wall_s: float,

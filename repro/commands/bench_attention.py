@@ -26,6 +26,7 @@ def bench_attention(models, contexts, batches, dtype, backend, max_kv_gib, seed,
 
     from repro.atomic import check_writable_file, write_json_atomic
     from repro.benchmarks.attention import MODEL_HEADS, run_attention_bench
+    from repro.progress import live_bar, say
 
     if out:
         check_writable_file(out, "--out")
@@ -51,24 +52,28 @@ def bench_attention(models, contexts, batches, dtype, backend, max_kv_gib, seed,
         header += f"{'graph ms':>10}{'% peak':>8}{'vs SDPA':>9}"
 
     def show(p):
+        row = f"{p.model:<11}{p.context_tokens:>7}{p.batch:>6}{p.kv_bytes / 2**20:>9.0f}"
         if p.skipped:
-            click.echo(f"{p.model:<11}{p.context_tokens:>7}{p.batch:>6}{p.kv_bytes / 2**20:>9.0f}  skipped: {p.skipped}")
-            return
-        graph = "" if p.graph_time_ms is None else (
-            f"{p.graph_time_ms:>10.3f}{p.graph_pct_of_peak:>8.1f}{p.graph_speedup_vs_sdpa:>8.2f}x")
-        click.echo(f"{p.model:<11}{p.context_tokens:>7}{p.batch:>6}{p.kv_bytes / 2**20:>9.0f}{p.time_ms:>10.3f}"
-                   f"{p.achieved_gb_s:>8.1f}{p.pct_of_peak:>8.1f}{p.sdpa_time_ms:>10.3f}{p.speedup_vs_sdpa:>8.2f}x"
-                   + graph)
+            row += f"  skipped: {p.skipped}"
+        else:
+            row += (f"{p.time_ms:>10.3f}{p.achieved_gb_s:>8.1f}{p.pct_of_peak:>8.1f}{p.sdpa_time_ms:>10.3f}"
+                    f"{p.speedup_vs_sdpa:>8.2f}x")
+            if p.graph_time_ms is not None:
+                row += f"{p.graph_time_ms:>10.3f}{p.graph_pct_of_peak:>8.1f}{p.graph_speedup_vs_sdpa:>8.2f}x"
+        say(bar, row, click.echo)
+        bar.update(1)
 
     context_lens = parse_int_list(contexts, "--contexts", minimum=1)
     batch_sizes = parse_int_list(batches, "--batches", 1)
     click.echo(f"decode attention, {dtype}, backend {resolved} on {device}")
     click.echo(header)
     click.echo("-" * len(header))
-    result = run_attention_bench(
-        model_names, context_lens, batch_sizes,
-        dtype=getattr(torch, dtype), backend=resolved, max_kv_bytes=max_kv_bytes, device=device, seed=seed,
-        progress=show)
+    total = len(model_names) * len(context_lens) * len(batch_sizes)
+    with live_bar(desc="bench attention", total=total, unit="point") as bar:
+        result = run_attention_bench(
+            model_names, context_lens, batch_sizes,
+            dtype=getattr(torch, dtype), backend=resolved, max_kv_bytes=max_kv_bytes, device=device, seed=seed,
+            progress=show)
     click.echo(f"peak bandwidth {result.peak_gb_s:.1f} GB/s ({result.peak_source})")
     if out:
         click.echo(f"wrote {write_json_atomic(out, result.to_dict())}")

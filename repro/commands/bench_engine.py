@@ -105,6 +105,7 @@ def bench_engine(batches, instances, prompt_len, decode_steps, block_size, repea
 
     from reference_impl.model import TINY, random_model
     from repro.atomic import check_writable_file, write_json_atomic
+    from repro.progress import live_bar, say
 
     if out:
         check_writable_file(out, "--out")
@@ -120,24 +121,26 @@ def bench_engine(batches, instances, prompt_len, decode_steps, block_size, repea
                "batch's KV off its home instance; cost = 1 - (most instances) / (1 instance), per CPU second")
     click.echo(f"{header}{'remote':>8}{'cost':>8}")
     points = []
-    for batch in batch_sizes:
-        rng = np.random.default_rng(seed)
-        best = {}
-        for _ in range(repeats):  # interleaved, best of each
-            wall, cpu = contiguous_decode_tok_s(model, batch, prompt_len, decode_steps, rng)
-            runs = {0: (wall, cpu, 0.0)}
-            for n in counts:
-                runs[n] = engine_decode(model, batch, prompt_len, decode_steps, n, block_size, rng)
-            for n, (wall, cpu, frac) in runs.items():
-                old = best.get(n, (0.0, 0.0, frac))
-                best[n] = (max(old[0], wall), max(old[1], cpu), frac)
-        points += [EnginePoint(batch, n, *best[n]) for n in sorted(best)]
-        cols = [0] + counts
-        click.echo(f"{batch:>6}" + "".join(f"{best[n][0]:>{12 if n == 0 else 10}.0f}" for n in cols))
-        row = f"{'':>6}" + "".join(f"{best[n][1]:>{12 if n == 0 else 10}.0f}" for n in cols)
-        row += f"{best[max(counts)][2]:>8.2f}"
-        if 1 in best and max(counts) > 1:
-            row += f"{1 - best[max(counts)][1] / best[1][1]:>8.1%}"
-        click.echo(row)
+    with live_bar(desc="bench engine", total=len(batch_sizes) * repeats, unit="repeat") as bar:
+        for batch in batch_sizes:
+            rng = np.random.default_rng(seed)
+            best = {}
+            for _ in range(repeats):  # interleaved, best of each
+                wall, cpu = contiguous_decode_tok_s(model, batch, prompt_len, decode_steps, rng)
+                runs = {0: (wall, cpu, 0.0)}
+                for n in counts:
+                    runs[n] = engine_decode(model, batch, prompt_len, decode_steps, n, block_size, rng)
+                for n, (wall, cpu, frac) in runs.items():
+                    old = best.get(n, (0.0, 0.0, frac))
+                    best[n] = (max(old[0], wall), max(old[1], cpu), frac)
+                bar.update(1)
+            points += [EnginePoint(batch, n, *best[n]) for n in sorted(best)]
+            cols = [0] + counts
+            say(bar, f"{batch:>6}" + "".join(f"{best[n][0]:>{12 if n == 0 else 10}.0f}" for n in cols), click.echo)
+            row = f"{'':>6}" + "".join(f"{best[n][1]:>{12 if n == 0 else 10}.0f}" for n in cols)
+            row += f"{best[max(counts)][2]:>8.2f}"
+            if 1 in best and max(counts) > 1:
+                row += f"{1 - best[max(counts)][1] / best[1][1]:>8.1%}"
+            say(bar, row, click.echo)
     if out:
         click.echo(f"wrote {write_json_atomic(out, {'points': [asdict(p) for p in points]})}")

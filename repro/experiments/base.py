@@ -46,8 +46,7 @@ class Experiment:
     plot: Callable[[list[dict], str], list[str]] | None = None  # (results, figures_dir) -> files written
     claims: Callable[[list[dict]], list[ClaimRow]] | None = None
     backends: tuple[str, ...] = ("sim",)
-    # `--param` keys it takes (repro/experiments/params.py); None: not yet declared, raw strings passed through
-    params: tuple | None = None
+    params: tuple = ()  # the `--param` keys it takes (repro/experiments/params.py Param); (): none
 
 
 def default_run_id(params: RunParams) -> str:

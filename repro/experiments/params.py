@@ -134,22 +134,8 @@ def parse_params(experiment: str, declared: tuple[Param, ...], raw: dict, backen
     return values
 
 
-# Until every experiment declares its params (issues 12 and 16 declare theirs), params=None passes the raw
-# strings through; set True once they all do, and an undeclared experiment takes no --param at all.
-UNDECLARED_TAKES_NO_PARAMS = False
-
-
-def declared_params(experiment) -> tuple[Param, ...] | None:
-    """The experiment's declared params; None only for a legacy (undeclared) experiment while that is allowed."""
-    if experiment.params is None and UNDECLARED_TAKES_NO_PARAMS:
-        return ()
-    return experiment.params
-
-
-def overrides(declared: tuple[Param, ...] | None, raw: dict, typed: dict) -> dict:
+def overrides(declared: tuple[Param, ...], raw: dict, typed: dict) -> dict:
     """The given params whose value differs from the declared default: what makes a run other than the default."""
-    if declared is None:
-        return dict(raw)
     defaults = {p.name: p.default for p in declared}
     return {key: typed[key] for key in raw if typed[key] != defaults.get(key)}
 
@@ -162,9 +148,7 @@ def fingerprint(values: dict) -> str:
 
 def describe_params(experiment) -> str:
     """The `--param` keys of an experiment, one per line (for `repro run --list-params` and `--help`)."""
-    declared = declared_params(experiment)
-    if declared is None:
-        return f"{experiment.name}: its --param keys are not declared yet; they are passed through as text"
+    declared = experiment.params
     if not declared:
         return f"{experiment.name}: takes no --param"
     return "\n".join([f"{experiment.name} --param KEY=VALUE:"] + [f"  {p.describe()}" for p in declared])

@@ -11,11 +11,11 @@ from multiprocessing import get_context
 import numpy as np
 
 from reference_impl.backends.sim import simulate
-from reference_impl.errors import InputError
 from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
 from reference_impl.sim.metrics import ServingPoint
 from reference_impl.sim.systems import system_config
+from repro.progress import live_bar
 from workloads import generate
 from workloads.generate import SourceOptions
 
@@ -95,20 +95,20 @@ def point_pool(workers: int):
 
 def run_tasks(tasks: list[PointTask], log, pool=None) -> list[dict]:
     """The points of `tasks`, in order; in `pool` (point_pool) when given, longest first. Each point is a
-    deterministic simulation, so the numbers do not depend on the pool (only sim_wall_s differs)."""
-    if pool is None:
-        out = []
-        for task in tasks:
-            out.append(_run_task(task))
-            _log_point(log, task, out[-1])
-        return out
-    order = sorted(range(len(tasks)), key=lambda i: -tasks[i].cost)
-    futures = {pool.submit(_run_task, tasks[i]): i for i in order}
+    deterministic simulation, so the numbers do not depend on the pool (only sim_wall_s differs). A bar on
+    stderr counts the points done (repro/progress.py)."""
     out = [None] * len(tasks)
-    for future in as_completed(futures):  # logged as they finish, returned in task order
-        i = futures[future]
-        out[i] = future.result()
-        _log_point(log, tasks[i], out[i])
+    with live_bar(desc="simulated points", total=len(tasks), unit="point") as bar:
+        if pool is None:
+            done = ((i, _run_task(task)) for i, task in enumerate(tasks))
+        else:
+            order = sorted(range(len(tasks)), key=lambda i: -tasks[i].cost)
+            futures = {pool.submit(_run_task, tasks[i]): i for i in order}
+            done = ((futures[f], f.result()) for f in as_completed(futures))  # logged as they finish
+        for i, point in done:
+            out[i] = point
+            _log_point(log, tasks[i], point)
+            bar.update(1)
     return out
 
 
@@ -127,14 +127,3 @@ def default_workers(params) -> int:
     if workers is not None:
         return max(1, int(workers))
     return 1 if params.quick else max(1, len(os.sched_getaffinity(0)))
-
-
-def param(params, key: str, cast, default):
-    """A legacy --param value (experiments that have not declared theirs in params.py get raw strings)."""
-    raw = params.extra.get(key)
-    if raw is None:
-        return default
-    try:
-        return cast(raw)
-    except (TypeError, ValueError):
-        raise InputError(f"--param {key}={raw!r} is not a valid {cast.__name__}") from None

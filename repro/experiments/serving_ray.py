@@ -12,6 +12,7 @@ import time
 
 from repro.experiments.params import Param, float_list
 from repro.experiments.serving import workload
+from repro.progress import progress
 from reference_impl.sim.metrics import ServingPoint, best_ratio
 from workloads import Request
 
@@ -40,7 +41,7 @@ def scaled(requests: list[Request], max_tokens: int) -> list[Request]:
 def run_on_ray(params, log, groups: list[dict]) -> dict:
     """Data in serving.schema.json's shape for the given groups of an experiment."""
     from reference_impl.backends.ray import RayConfig, init_ray
-    from reference_impl.backends.ray_serving import serve, system_config
+    from reference_impl.backends.ray_serving import engine_config, serve
     from reference_impl.model import resolve_model
     from reference_impl.sequence import num_blocks_for
 
@@ -66,18 +67,18 @@ def run_on_ray(params, log, groups: list[dict]) -> dict:
             blocks = max(1, math.floor(capacity_ratio * num_blocks_for(max_tokens, block_size)))
             label = f"trace {g['trace_id']} on {num_instances} Ray instances of {blocks} rBlocks"
             points = []
-            for rate in rates:
+            runs = [(rate, system) for rate in rates for system in ("infinite-llm", g["baseline"])]
+            for rate, system in progress(runs, desc=f"trace {g['trace_id']} on Ray", unit="point"):
                 requests = scaled(workload(trace_id=g["trace_id"], num_requests=num_requests, rate_per_s=rate,
                                            seed=params.seed, source=source), max_tokens)
-                for system in ("infinite-llm", g["baseline"]):
-                    config = system_config(system, num_instances, blocks, block_size, seed=params.seed)
-                    t0 = time.perf_counter()
-                    result = serve(model, requests, config, ray_config, seed=params.seed)
-                    p = ServingPoint.of_result(system, rate, result, wall_s=time.perf_counter() - t0,
-                                               seed=params.seed).to_dict()
-                    log(f"  {label} {system:<13} rate {rate:g}/s  {p['output_tok_s']:8.1f} out tok/s  "
-                        f"finished {p['num_finished']}/{p['num_requests']}, rejected {p['num_rejected']}")
-                    points.append(p)
+                config = engine_config(system, num_instances, blocks, block_size, seed=params.seed)
+                t0 = time.perf_counter()
+                result = serve(model, requests, config, ray_config, seed=params.seed)
+                p = ServingPoint.of_result(system, rate, result, wall_s=time.perf_counter() - t0,
+                                           seed=params.seed).to_dict()
+                log(f"  {label} {system:<13} rate {rate:g}/s  {p['output_tok_s']:8.1f} out tok/s  "
+                    f"finished {p['num_finished']}/{p['num_requests']}, rejected {p['num_rejected']}")
+                points.append(p)
             out.append({**g, "model": model_spec, "num_gpus": num_instances, "num_instances": num_instances, "tp": 1,
                         "num_requests": num_requests, "rates_per_s": rates, "points": points,
                         "max_tput_ratio": best_ratio(points, "infinite-llm", g["baseline"])})
@@ -85,5 +86,6 @@ def run_on_ray(params, log, groups: list[dict]) -> dict:
         if started:
             import ray
             ray.shutdown()
-    device = "GPU" if ray_config.gpus_per_instance else "CPU"
-    return {"gpu": f"Ray actors on {device}", "link": "Ray object store", "source": source, "groups": out}
+    on_gpu = ray_config.gpus_per_instance > 0
+    link = "torch.distributed between the Ray actors (" + ("NCCL" if on_gpu else "gloo") + "; Ray: control only)"
+    return {"gpu": f"Ray actors on {'GPU' if on_gpu else 'CPU'}", "link": link, "source": source, "groups": out}

@@ -24,6 +24,7 @@ from reference_impl.errors import InputError
 from repro.experiments.base import Experiment, RunParams, default_run_id
 from repro.experiments.params import Param, float_list
 from repro.experiments.sim_vs_real_points import error_table, make_points, plot, run_summary
+from repro.progress import progress
 
 SYSTEM = "infinite-llm"  # the local engine: one instance, so no pooling partner (vLLM-M behaves the same)
 # rates as multiples of the measured saturation rate: light load to well past it (the saturation measurement moves
@@ -135,26 +136,26 @@ def run(params: RunParams, log) -> dict:
             log(f"  saturation (all {num_requests} requests at once): {saturation.output_tok_s:.1f} out tok/s, "
                 f"{sat_rate:.3g} req/s; rates {', '.join(f'{r:g}' for r in rates)}; load {loads[-1]}")
             runs, calibrations = [], []
-            for repeat in range(repeats):
-                for rate in rates:
-                    requests = make(rate)
-                    path = _calibrate(spec, device, dtype, params.seed, burst, max_batch, clock, params.quick,
-                                      Path(tmp), len(calibrations))
-                    calibrations.append({"repeat": repeat, "rate_per_s": rate, **_calibration_record(path, _load_1m())})
-                    sim_config = SimConfig(model=spec.name, gpu=str(device), num_instances=1, link="intra-node",
-                                           block_size=BLOCK_SIZE, max_batch_size=max_batch, num_blocks=num_blocks,
-                                           coefficients_path=str(path), seed=params.seed)
-                    load_before = _load_1m()
-                    measured = run_summary(serve(model, requests, engine_config, seed=params.seed, device=device,
-                                                 clock=clock))
-                    loads.append(_load_1m())
-                    predicted = run_summary(simulate(sim_config, requests))
-                    runs.append({"system": SYSTEM, "repeat": repeat, "rate_per_s": rate, "measured": asdict(measured),
-                                 "predicted": asdict(predicted), "loadavg_1m_before": load_before,
-                                 "loadavg_1m_after": loads[-1]})
-                    log(f"  repeat {repeat} rate {rate:g}/s: measured {measured.output_tok_s:.1f} tok/s, predicted "
-                        f"{predicted.output_tok_s:.1f}; TTFT {_ms(measured.mean_ttft_s)} vs {_ms(predicted.mean_ttft_s)}"
-                        f" ms; TPOT {_ms(measured.mean_tpot_s)} vs {_ms(predicted.mean_tpot_s)} ms; load {loads[-1]}")
+            runs_to_do = [(repeat, rate) for repeat in range(repeats) for rate in rates]
+            for repeat, rate in progress(runs_to_do, desc="measured and simulated runs", unit="run"):
+                requests = make(rate)
+                path = _calibrate(spec, device, dtype, params.seed, burst, max_batch, clock, params.quick,
+                                  Path(tmp), len(calibrations))
+                calibrations.append({"repeat": repeat, "rate_per_s": rate, **_calibration_record(path, _load_1m())})
+                sim_config = SimConfig(model=spec.name, gpu=str(device), num_instances=1, link="intra-node",
+                                       block_size=BLOCK_SIZE, max_batch_size=max_batch, num_blocks=num_blocks,
+                                       coefficients_path=str(path), seed=params.seed)
+                load_before = _load_1m()
+                measured = run_summary(serve(model, requests, engine_config, seed=params.seed, device=device,
+                                             clock=clock))
+                loads.append(_load_1m())
+                predicted = run_summary(simulate(sim_config, requests))
+                runs.append({"system": SYSTEM, "repeat": repeat, "rate_per_s": rate, "measured": asdict(measured),
+                             "predicted": asdict(predicted), "loadavg_1m_before": load_before,
+                             "loadavg_1m_after": loads[-1]})
+                log(f"  repeat {repeat} rate {rate:g}/s: measured {measured.output_tok_s:.1f} tok/s, predicted "
+                    f"{predicted.output_tok_s:.1f}; TTFT {_ms(measured.mean_ttft_s)} vs {_ms(predicted.mean_ttft_s)}"
+                    f" ms; TPOT {_ms(measured.mean_tpot_s)} vs {_ms(predicted.mean_tpot_s)} ms; load {loads[-1]}")
     finally:
         torch.set_num_threads(threads_before)
     points = make_points(runs)

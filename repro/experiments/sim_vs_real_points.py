@@ -21,15 +21,9 @@ class RunSummary:
     num_steps: int
 
 
-def mean_tpot_s(result: SimResult) -> float | None:
-    """Mean time per output token after the first, over finished requests with more than one output token."""
-    tpot = [(r.finish_s - r.first_token_s) / (r.output_len - 1) for r in result.finished if r.output_len > 1]
-    return float(np.mean(tpot)) if tpot else None
-
-
 def run_summary(result: SimResult) -> RunSummary:
     s = result.summary()
-    return RunSummary(s.output_tok_s, s.mean_ttft_s, mean_tpot_s(result), s.num_finished, s.num_requests,
+    return RunSummary(s.output_tok_s, s.mean_ttft_s, s.mean_tpot_s, s.num_finished, s.num_requests,
                       s.makespan_s, result.num_steps)
 
 
