@@ -148,6 +148,7 @@ def test_read_only_results_dir_fails_before_the_run(in_tmp, capsys, monkeypatch)
     ["workloads", "generate", "--trace", "1", "--rate", "1", "--num-requests", "5", "--out"],
     ["bench", "attention", "--contexts", "64", "--batches", "1", "--out"],
     ["bench", "engine", "--batches", "1", "--out"],
+    ["bench", "ray", "--instances", "1", "--out"],
     ["profile", "--quick", "--out"],
     ["calibrate", "--profiles", ".", "--out"],
     ["compare-vllm", "--out"],

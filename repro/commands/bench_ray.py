@@ -66,7 +66,7 @@ def bench_ray(instance_counts, requests_per_instance, prompt_len, max_new_tokens
     import ray
     import torch
 
-    from reference_impl.atomic import write_text_atomic
+    from reference_impl.atomic import check_writable_file, write_text_atomic
     from reference_impl.backends.local import generate as local_generate
     from reference_impl.backends.ray import RayConfig, RayEngine, init_ray
     from reference_impl.engine import EngineConfig
@@ -80,6 +80,8 @@ def bench_ray(instance_counts, requests_per_instance, prompt_len, max_new_tokens
         raise InputError(f"--instances must be comma-separated integers, got {instance_counts!r}") from None
     if not counts or min(counts) < 1:
         raise InputError("--instances must list counts >= 1")
+    if out:
+        check_writable_file(out, "--out")  # before minutes of runs
     heads = max(1, hidden // 64)
     model = random_model(ModelConfig(vocab_size=4096, hidden_size=hidden, intermediate_size=hidden * 8 // 3,
                                      num_layers=layers, num_heads=heads, num_kv_heads=max(1, heads // 4)), seed=seed)
