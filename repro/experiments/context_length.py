@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from reference_impl.backends.sim import simulate
 from reference_impl.sim.config import blocks_per_instance
+from reference_impl.sim.metrics import tpot_s
 from reference_impl.sim.systems import cluster, system_config
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result
@@ -42,13 +43,13 @@ def largest_batch(config, context: int) -> int:
 
 
 def decode_tok_s(config, context: int, batch: int) -> tuple[float | None, int]:
-    """Sum over the batch of each request's decode rate (tokens after its first / first token to finish): the
-    batch's throughput when all decode together, robust to prefills that end at different times."""
+    """Sum over the batch of each request's decode rate (1 / TPOT): the batch's throughput when all decode
+    together, robust to prefills that end at different times."""
     requests = [Request(i, 0.0, context - OUTPUT_LEN, OUTPUT_LEN, "context-length") for i in range(batch)]
     done = simulate(config, requests).finished
     if len(done) < batch:
         return None, len(done)
-    return sum((r.output_len - 1) / (r.finish_s - r.first_token_s) for r in done), len(done)
+    return sum(1 / tpot_s(r) for r in done), len(done)
 
 
 def run(params, log) -> dict:
