@@ -1,6 +1,5 @@
 """sim-vs-real's vLLM arm without vLLM: the step-time fit, the step extraction from the runner's timeline, the skip."""
 import pytest
-import torch
 
 from baselines.vllm_backend import VllmRun
 from baselines.vllm_profile import StepGrid, decode_steps, grid_rounds, grid_steps, prefill_steps
@@ -114,9 +113,10 @@ def test_without_vllm_the_arm_is_skipped_with_the_reason(monkeypatch, tmp_path):
     from repro.experiments.sim_vs_real import _vllm_status, run_id
 
     monkeypatch.setenv("VLLM_PYTHON", str(tmp_path / "no-python"))
-    why = _vllm_status("auto", torch.device("cpu"))
+    why = _vllm_status("auto", "cpu")
     assert why.startswith("skipped:") and "make setup-vllm" in why and "\n" not in why
-    assert _vllm_status("off", torch.device("cpu")) == "skipped: --param vllm=off"
+    assert _vllm_status("off", "cpu") == "skipped: --param vllm=off"
+    assert _vllm_status("auto", "cuda").startswith("skipped: the vLLM arm runs vLLM's CPU build only")
     assert run_id(RunParams(quick=True, extra={"vllm": "auto", "clock": "cpu"})) == "local-quick-seed0"
 
 

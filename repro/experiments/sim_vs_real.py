@@ -128,7 +128,7 @@ def run(params: RunParams, log) -> dict:
     engine_config = EngineConfig(1, num_blocks, block_size=BLOCK_SIZE, max_batch_size=max_batch, seed=params.seed)
     make = lambda rate: _requests(extra["trace"], num_requests, rate, max_tokens, params.seed)  # noqa: E731
     loads = [_load_1m()]
-    vllm_status, vllm_arm = _vllm_status(extra["vllm"], device), None
+    vllm_status, vllm_arm = _vllm_status(extra["vllm"], device.type), None
     try:
         with tempfile.TemporaryDirectory() as tmp:
             burst = make(float("inf"))
@@ -199,12 +199,12 @@ def _calibration_record(path: Path, load: float) -> dict:
             "step_overhead_prefill_s": {"x": overhead["prefill"]["x"], "y": overhead["prefill"]["y"]}}
 
 
-def _vllm_status(mode: str, device: torch.device) -> str | None:
+def _vllm_status(mode: str, device_type: str) -> str | None:
     """None where the vLLM arm runs, else why it is skipped."""
     if mode == "off":
         return "skipped: --param vllm=off"
-    if device.type != "cpu":
-        return f"skipped: the vLLM arm runs vLLM's CPU build only (--param device={device})"
+    if device_type != "cpu":
+        return f"skipped: the vLLM arm runs vLLM's CPU build only (the engine runs on {device_type})"
     from repro.experiments.sim_vs_real_vllm import vllm_unavailable
 
     why = vllm_unavailable()
@@ -212,11 +212,10 @@ def _vllm_status(mode: str, device: torch.device) -> str | None:
 
 
 def run_id(params: RunParams) -> str:
-    """local-[CLOCK-][vllm-]SIZE-seedN: vllm- where the vLLM arm runs (auto, and vLLM's Python is found)."""
-    from repro.experiments.sim_vs_real_vllm import vllm_unavailable
-
+    """local-[CLOCK-][vllm-]SIZE-seedN: vllm- where the vLLM arm runs."""
     clock = params.extra.get("clock", "cpu")
-    vllm = params.extra.get("vllm", "auto") == "auto" and vllm_unavailable() is None
+    device_type = str(params.extra.get("device", "cpu")).partition(":")[0]
+    vllm = _vllm_status(params.extra.get("vllm", "auto"), device_type) is None
     prefix = "local-" + ("" if clock == "cpu" else f"{clock}-") + ("vllm-" if vllm else "")
     return default_run_id(params).replace(f"{params.backend}-", prefix, 1)
 
