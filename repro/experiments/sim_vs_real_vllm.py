@@ -83,6 +83,17 @@ def measured_result(run):
                      end_s=run.run_s)
 
 
+def steps_to_first_token(result) -> float | None:
+    """Median, over requests that arrived while another was decoding, of the steps that ended after the arrival
+    up to the request's first token (its own step included): 2 where a request joins the step after the one in
+    flight. Where vLLM runs ahead of the runner's loop, which adds arrivals between its steps, it is 3."""
+    ends = np.asarray(result.step_end_s)
+    done = result.finished
+    counts = [int(np.sum((ends > r.arrival_s) & (ends <= r.first_token_s + 1e-9))) for r in done
+              if any(o is not r and o.first_token_s < r.arrival_s < o.finish_s for o in done)]
+    return float(np.median(counts)) if counts else None
+
+
 def run_arm(spec, make_requests, rates, *, max_batch: int, max_tokens: int, repeats: int, threads: int, seed: int,
             quick: bool, folder: Path, record, log) -> dict:
     """Every repeat of every rate on real vLLM and in the simulator; {"runs", "calibrations", "info"}.
@@ -152,11 +163,13 @@ def run_arm(spec, make_requests, rates, *, max_batch: int, max_tokens: int, repe
             max_batch_size=max_batch, num_blocks=blocks, chunked_prefill_tokens=budget, coefficients_path=str(path),
             seed=seed))
         for rate, requests, real in zip(rates, workloads, done[2 + len(calib):]):
-            measured = run_summary(measured_result(real))
-            predicted = run_summary(simulate(sim_config, requests))
+            real, sim = measured_result(real), simulate(sim_config, requests)
+            measured, predicted = run_summary(real), run_summary(sim)
             runs.append({"system": SYSTEM, "repeat": repeat, "rate_per_s": rate, "measured": asdict(measured),
                          "predicted": asdict(predicted), "loadavg_1m_before": load_before,
-                         "loadavg_1m_after": load_after})
+                         "loadavg_1m_after": load_after,
+                         "steps_to_first_token_busy": {"measured": steps_to_first_token(real),
+                                                       "predicted": steps_to_first_token(sim)}})
             log(f"  vLLM repeat {repeat} rate {rate:g}/s: measured {measured.output_tok_s:.1f} tok/s, predicted "
                 f"{predicted.output_tok_s:.1f}")
     info = {"clock": "wall", "omp_threads_bind": engine_env(setup).get("VLLM_CPU_OMP_THREADS_BIND"),
