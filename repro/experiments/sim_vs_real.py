@@ -7,8 +7,9 @@ simulator (`backends/sim.py`, the same control plane) runs exactly those request
 on this machine just before: `repro profile`'s measurements, the engine's per-step overhead outside its layers
 included (calibration/profile_overhead.py), measured again just before each run, so that a prediction and its
 measurement see about the same load on the shared machine; a point is the median of repeats, the measured spread is kept, and the
-error is the predicted median against the measured median. Real vLLM is a second measured system only where
-`.venv-vllm` exists (it does not here: recorded as skipped).
+error is the predicted median against the measured median. Real vLLM is a second measured system where
+`.venv-vllm` exists (sim_vs_real_vllm.py: against the simulator's vLLM-M policy, on the wall clock); elsewhere, or
+with --param vllm=off, it is recorded as skipped.
 """
 import json
 import os
@@ -44,6 +45,8 @@ PARAMS = (
     Param("clock", str, "cpu", "what the real runs and the calibration are timed with: the wall clock, or this "
           "process's CPU time with idle time skipped (a shared CPU; a GPU device always uses the wall clock)",
           choices=CLOCKS),
+    Param("vllm", str, "auto", "real vLLM as a second measured system: where .venv-vllm exists (auto), or not",
+          choices=("auto", "off")),
 )
 BLOCK_SIZE = 16
 
@@ -126,6 +129,7 @@ def run(params: RunParams, log) -> dict:
     engine_config = EngineConfig(1, num_blocks, block_size=BLOCK_SIZE, max_batch_size=max_batch, seed=params.seed)
     make = lambda rate: _requests(extra["trace"], num_requests, rate, max_tokens, params.seed)  # noqa: E731
     loads = [_load_1m()]
+    vllm_status, vllm_arm = _vllm_status(extra["vllm"], device.type), None
     try:
         with tempfile.TemporaryDirectory() as tmp:
             burst = make(float("inf"))
@@ -141,7 +145,8 @@ def run(params: RunParams, log) -> dict:
                 requests = make(rate)
                 path = _calibrate(spec, device, dtype, params.seed, burst, max_batch, clock, params.quick,
                                   Path(tmp), len(calibrations))
-                calibrations.append({"repeat": repeat, "rate_per_s": rate, **_calibration_record(path, _load_1m())})
+                calibrations.append({"system": SYSTEM, "repeat": repeat, "rate_per_s": rate,
+                                     **_calibration_record(path, _load_1m())})
                 sim_config = SimConfig(model=spec.name, gpu=str(device), num_instances=1, link="intra-node",
                                        block_size=BLOCK_SIZE, max_batch_size=max_batch, num_blocks=num_blocks,
                                        coefficients_path=str(path), seed=params.seed)
@@ -156,6 +161,15 @@ def run(params: RunParams, log) -> dict:
                 log(f"  repeat {repeat} rate {rate:g}/s: measured {measured.output_tok_s:.1f} tok/s, predicted "
                     f"{predicted.output_tok_s:.1f}; TTFT {_ms(measured.mean_ttft_s)} vs {_ms(predicted.mean_ttft_s)}"
                     f" ms; TPOT {_ms(measured.mean_tpot_s)} vs {_ms(predicted.mean_tpot_s)} ms; load {loads[-1]}")
+            if vllm_status is None:
+                from repro.experiments.sim_vs_real_vllm import run_arm
+
+                arm = run_arm(spec, make, rates, max_batch=max_batch, max_tokens=max_tokens, repeats=repeats,
+                              threads=extra["threads"], seed=params.seed, quick=params.quick, folder=Path(tmp),
+                              record=_calibration_record, log=log)
+                runs, calibrations, vllm_arm = runs + arm["runs"], calibrations + arm["calibrations"], arm["info"]
+                loads += [j[k] for j in vllm_arm["jobs"] for k in ("loadavg_1m_before", "loadavg_1m_after")]
+                vllm_status = f"ran: vLLM {vllm_arm['jobs'][0]['vllm_version']} as vllm-m, on the wall clock"
     finally:
         torch.set_num_threads(threads_before)
     points = make_points(runs)
@@ -166,7 +180,7 @@ def run(params: RunParams, log) -> dict:
                         "loadavg_1m_median": sorted(loads)[len(loads) // 2]},
             "saturation": {"output_tok_s": saturation.output_tok_s, "rate_per_s": sat_rate},
             "calibrations": calibrations, "runs": runs, "points": points, "errors": error_table(points),
-            "vllm": _vllm_status()}
+            "vllm": vllm_status, **({"vllm_arm": vllm_arm} if vllm_arm else {})}
 
 
 def _ms(value) -> str:
@@ -186,16 +200,25 @@ def _calibration_record(path: Path, load: float) -> dict:
             "step_overhead_prefill_s": {"x": overhead["prefill"]["x"], "y": overhead["prefill"]["y"]}}
 
 
-def _vllm_status() -> str:
-    venv = Path(".venv-vllm")
-    if not (venv / "bin" / "python").exists():
-        return "skipped: no .venv-vllm here (make setup-vllm builds it)"
-    return "skipped: .venv-vllm exists but the real-vLLM arm is not implemented in this experiment yet"
+def _vllm_status(mode: str, device_type: str) -> str | None:
+    """None where the vLLM arm runs, else why it is skipped."""
+    if mode == "off":
+        return "skipped: --param vllm=off"
+    if device_type != "cpu":
+        return f"skipped: the vLLM arm runs vLLM's CPU build only (the engine runs on {device_type})"
+    from repro.experiments.sim_vs_real_vllm import vllm_unavailable
+
+    why = vllm_unavailable()
+    return None if why is None else f"skipped: {why}"
 
 
 def run_id(params: RunParams) -> str:
+    """local-[CLOCK-][vllm-]SIZE-seedN: vllm- where the vLLM arm runs."""
     clock = params.extra.get("clock", "cpu")
-    return default_run_id(params).replace(f"{params.backend}-", "local-" if clock == "cpu" else f"local-{clock}-", 1)
+    device_type = str(params.extra.get("device", "cpu")).partition(":")[0]
+    vllm = _vllm_status(params.extra.get("vllm", "auto"), device_type) is None
+    prefix = "local-" + ("" if clock == "cpu" else f"{clock}-") + ("vllm-" if vllm else "")
+    return default_run_id(params).replace(f"{params.backend}-", prefix, 1)
 
 
 EXPERIMENT = Experiment("sim-vs-real", ("simulator validation (issue 16)",), "sim_vs_real.schema.json", run, run_id,

@@ -133,8 +133,9 @@ def plot(results, figures_dir) -> list[str]:
         if metric != "output_tok_s":
             ax.set_yscale("log")
     clock = {"cpu": "process CPU time", "wall": "wall clock"}[data["clock"]]
+    vllm = "; real vLLM: wall clock" if "vllm_arm" in data else ""
     fig.suptitle(f"simulator vs real engine: {data['model']} on {data['machine']['device']} "
-                 f"({data['machine']['threads']} thread, {clock}), {data['repeats']} repeats (bars: min-max, "
+                 f"({data['machine']['threads']} thread, {clock}{vllm}), {data['repeats']} repeats (bars: min-max, "
                  f"measured dark, predicted light), load average {data['machine']['loadavg_1m_median']:.1f} on "
                  f"{data['machine']['cpu_count']} cores", fontsize=9)
     return save(fig, figures_dir, "sim-vs-real")
