@@ -123,12 +123,18 @@ class Engine:
         queue first, then the others' in id order) to the front of its queue. The instances that got one."""
         if not self.config.pooling or not isinstance(self.instances[0].scheduler, Scheduler):
             return []
+        if not any(inst.scheduler.waiting for inst in self.instances):
+            return []
         filled = []
+        lendable = None  # every instance's num_lendable: memory does not change in this loop, read it once
         for inst in self.instances:
             s = inst.scheduler
             if s.running or (s.waiting and not s.is_head_blocked):
                 continue
-            room = inst.rm.num_admissible(pooled=True)
+            if lendable is None:
+                lendable = [i.rm.num_lendable for i in self.instances]
+                total_lendable = sum(lendable)
+            room = inst.rm.num_admissible(pooled=True, peers_lendable=total_lendable - lendable[inst.inst_id])
             for other in [inst] + [i for i in self.instances if i is not inst and i not in filled]:
                 queue = other.scheduler.waiting
                 index = next((k for k, seq in enumerate(queue)
