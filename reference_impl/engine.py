@@ -154,9 +154,15 @@ class Engine:
             for other in [inst] + [i for i in self.instances if i is not inst and i not in filled]:
                 if min_need[other.inst_id] is None or min_need[other.inst_id] > room:
                     continue
-                queue = other.scheduler.waiting
-                index = next(k for k, seq in enumerate(queue) if num_blocks_for(seq.num_tokens, bs) <= room)
-                s.add_first(other.scheduler.take_waiting(index))
+                o = other.scheduler
+                # an idle instance whose first request has not been tried yet is about to try it (it just got
+                # it): taking it would hand it back and forth at one instant, with no step in between
+                start = 1 if other is not inst and not o.running and not o.is_head_blocked else 0
+                index = next((k for k, seq in enumerate(o.waiting)
+                              if k >= start and num_blocks_for(seq.num_tokens, bs) <= room), None)
+                if index is None:
+                    continue
+                s.add_first(o.take_waiting(index))
                 s.is_head_blocked = False
                 filled.append(inst)
                 for changed in (other, inst):
