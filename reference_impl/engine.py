@@ -114,8 +114,8 @@ class Engine:
             return None
         lendable = [i.rm.num_lendable for i in self.instances]  # (memory does not change here)
         total_lendable = sum(lendable)
-        fits = [other for other in free
-                if need <= other.rm.num_admissible(pooled=True, peers_lendable=total_lendable - lendable[other.inst_id])]
+        fits = [other for other in free if need <= other.rm.num_admissible(
+            pooled=True, peers_lendable=total_lendable - lendable[other.inst_id])]
         if not fits:
             return None
         other = min(fits, key=lambda i: (-i.rm.num_free, i.inst_id))  # the most free memory
