@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from reference_impl.perf_model import InstanceLoad, PerfModel, throughput_tok_s
 from reference_impl.protocol import MoveKVCache
 
+K_MEMO_SIZE = 1 << 16  # plan_moves' k_memo is cleared when it holds this many pairs
+
 
 @dataclass(slots=True)
 class InstanceView:
@@ -36,20 +38,47 @@ class InstanceView:
 
 
 def projected_admissions(view: InstanceView) -> int:
-    if view.mean_waiting_blocks <= 0:
-        return view.num_waiting
-    return min(view.num_waiting, int(max(0, view.free_blocks) // view.mean_waiting_blocks))
+    return _admissions(view.free_blocks, view.num_waiting, view.mean_waiting_blocks)
+
+
+def _admissions(free_blocks: int, num_waiting: int, mean_waiting_blocks: float) -> int:
+    if mean_waiting_blocks <= 0:
+        return num_waiting
+    return min(num_waiting, int(max(0, free_blocks) // mean_waiting_blocks))
+
+
+def _load(batch_size, kv_blocks, free_blocks, num_waiting, mean_waiting_blocks, num_remote_queries,
+          block_size) -> InstanceLoad:
+    extra = _admissions(free_blocks, num_waiting, mean_waiting_blocks)
+    kv_tokens = (kv_blocks + extra * mean_waiting_blocks) * block_size
+    return InstanceLoad(batch_size=batch_size + extra, attn_kv_tokens=int(kv_tokens),
+                        num_remote_queries=num_remote_queries)
 
 
 def instance_load(view: InstanceView, block_size: int) -> InstanceLoad:
-    extra = projected_admissions(view)
-    kv_tokens = (view.kv_blocks + extra * view.mean_waiting_blocks) * block_size
-    return InstanceLoad(batch_size=view.batch_size + extra, attn_kv_tokens=int(kv_tokens),
-                        num_remote_queries=view.num_remote_queries)
+    return _load(view.batch_size, view.kv_blocks, view.free_blocks, view.num_waiting, view.mean_waiting_blocks,
+                 view.num_remote_queries, block_size)
 
 
 def instance_tps(model: PerfModel, view: InstanceView, block_size: int) -> float:
     return throughput_tok_s(model, instance_load(view, block_size))
+
+
+def _pair_key(debtor: InstanceView, creditor: InstanceView, req_id: int) -> tuple:
+    """What the pair's modelled throughput after a move of k blocks depends on (after_move, instance_load)."""
+    new_pair = creditor.inst_id not in debtor.creditors_by_req.get(req_id, ())
+    return (debtor.batch_size, debtor.kv_blocks, debtor.free_blocks, debtor.num_waiting,
+            debtor.mean_waiting_blocks, debtor.num_remote_queries + new_pair, debtor.num_remote_queries,
+            creditor.batch_size, creditor.kv_blocks, creditor.free_blocks, creditor.num_waiting,
+            creditor.mean_waiting_blocks, creditor.num_remote_queries)
+
+
+def _pair_tps_after(model: PerfModel, key: tuple, block_size: int, k: int) -> float:
+    """instance_tps of both views of after_move(debtor, creditor, req_id, k), from `_pair_key`'s fields."""
+    d_batch, d_kv, d_free, d_wait, d_mean, d_rq_moved, d_rq, c_batch, c_kv, c_free, c_wait, c_mean, c_rq = key
+    d = _load(d_batch, d_kv - k, d_free + k, d_wait, d_mean, d_rq_moved if k else d_rq, block_size)
+    c = _load(c_batch, c_kv + k, c_free - k, c_wait, c_mean, c_rq, block_size)
+    return throughput_tok_s(model, d) + throughput_tok_s(model, c)
 
 
 def cluster_tps(model: PerfModel, views, block_size: int) -> float:
@@ -97,9 +126,10 @@ def best_block_count(tps, limit: int, max_evals: int | None = None) -> int:
 
 def plan_moves(views: dict[int, InstanceView], model: PerfModel, block_size: int, beta_thres: int,
                util_thres: float, *, frozen=frozenset(), skip=frozenset(),
-               max_k_evals: int | None = None) -> list[MoveKVCache]:
+               max_k_evals: int | None = None, k_memo: dict | None = None) -> list[MoveKVCache]:
     """Algorithm 1 over `views` (updated in place as moves are planned); returns the moves.
-    `max_k_evals`: see `best_block_count` (None: every k, as the paper)."""
+    `max_k_evals`: see `best_block_count` (None: every k, as the paper). `k_memo`: a dict kept across calls
+    with the same model, block size and max_k_evals; a pair in the same state gets the k found before."""
     debtors = sorted((v for v in views.values()
                       if 0 < v.batch_size <= beta_thres and v.lent_blocks == 0 and v.inst_id not in skip),
                      key=lambda v: (v.batch_size, v.inst_id))
@@ -121,12 +151,15 @@ def plan_moves(views: dict[int, InstanceView], model: PerfModel, block_size: int
             creditor = order[0]
             visited.add(creditor.inst_id)
             debtor = views[debtor_id]
-
-            def pair_tps(k: int) -> float:
-                d, c = after_move(debtor, creditor, req_id, k)
-                return instance_tps(model, d, block_size) + instance_tps(model, c, block_size)
-
-            best_k = best_block_count(pair_tps, min(block_max, creditor.lendable_blocks), max_k_evals)
+            key = _pair_key(debtor, creditor, req_id)
+            limit = min(block_max, creditor.lendable_blocks)
+            best_k = None if k_memo is None else k_memo.get((key, limit))
+            if best_k is None:
+                best_k = best_block_count(lambda k: _pair_tps_after(model, key, block_size, k), limit, max_k_evals)
+                if k_memo is not None:
+                    if len(k_memo) >= K_MEMO_SIZE:
+                        k_memo.clear()
+                    k_memo[(key, limit)] = best_k
             if best_k <= 0:
                 break
             moves.append(MoveKVCache(req_id, best_k, creditor.inst_id))

@@ -108,14 +108,20 @@ class Engine:
         if not (self.config.pooling and isinstance(s, Scheduler) and s.waiting and s.is_head_blocked):
             return None  # (a Ray actor's queue stays in the actor)
         need = num_blocks_for(s.waiting[0].num_tokens, self.config.block_size)
-        for other in sorted(self.instances, key=lambda i: (-i.rm.num_free, i.inst_id)):
-            o = other.scheduler
-            if other is not inst and not o.waiting and len(o.running) < o.max_batch_size and \
-                    need <= other.rm.num_admissible(pooled=True):
-                o.add_first(s.take_waiting())
-                s.is_head_blocked = False
-                return other
-        return None
+        free = [other for other in self.instances if other is not inst and not other.scheduler.waiting
+                and len(other.scheduler.running) < other.scheduler.max_batch_size]
+        if not free:
+            return None
+        lendable = [i.rm.num_lendable for i in self.instances]  # (memory does not change here)
+        total_lendable = sum(lendable)
+        fits = [other for other in free if need <= other.rm.num_admissible(
+            pooled=True, peers_lendable=total_lendable - lendable[other.inst_id])]
+        if not fits:
+            return None
+        other = min(fits, key=lambda i: (-i.rm.num_free, i.inst_id))  # the most free memory
+        other.scheduler.add_first(s.take_waiting())
+        s.is_head_blocked = False
+        return other
 
     def fill_idle(self) -> list[Instance]:
         """No idle instance while work it could run waits: an instance running nothing whose first waiting
@@ -123,21 +129,46 @@ class Engine:
         queue first, then the others' in id order) to the front of its queue. The instances that got one."""
         if not self.config.pooling or not isinstance(self.instances[0].scheduler, Scheduler):
             return []
+        if not any(inst.scheduler.waiting for inst in self.instances):
+            return []
+        bs = self.config.block_size
+
+        def smallest(other: Instance) -> int | None:  # fewest rBlocks a request in its queue needs
+            return min((num_blocks_for(seq.num_tokens, bs) for seq in other.scheduler.waiting), default=None)
+
         filled = []
+        lendable = min_need = least = None  # read once: memory does not change in this loop, queues rarely
         for inst in self.instances:
             s = inst.scheduler
             if s.running or (s.waiting and not s.is_head_blocked):
                 continue
-            room = inst.rm.num_admissible(pooled=True)
+            if lendable is None:
+                lendable = [i.rm.num_lendable for i in self.instances]
+                total_lendable = sum(lendable)
+                min_need = [smallest(i) for i in self.instances]
+            if least is None:
+                least = min((n for n in min_need if n is not None), default=-1)
+            room = inst.rm.num_admissible(pooled=True, peers_lendable=total_lendable - lendable[inst.inst_id])
+            if least < 0 or room < least:
+                continue  # no waiting request fits
             for other in [inst] + [i for i in self.instances if i is not inst and i not in filled]:
-                queue = other.scheduler.waiting
-                index = next((k for k, seq in enumerate(queue)
-                              if num_blocks_for(seq.num_tokens, self.config.block_size) <= room), None)
-                if index is not None:
-                    s.add_first(other.scheduler.take_waiting(index))
-                    s.is_head_blocked = False
-                    filled.append(inst)
-                    break
+                if min_need[other.inst_id] is None or min_need[other.inst_id] > room:
+                    continue
+                o = other.scheduler
+                # an idle instance whose first request has not been tried yet is about to try it (it just got
+                # it): taking it would hand it back and forth at one instant, with no step in between
+                start = 1 if other is not inst and not o.running and not o.is_head_blocked else 0
+                index = next((k for k, seq in enumerate(o.waiting)
+                              if k >= start and num_blocks_for(seq.num_tokens, bs) <= room), None)
+                if index is None:
+                    continue
+                s.add_first(o.take_waiting(index))
+                s.is_head_blocked = False
+                filled.append(inst)
+                for changed in (other, inst):
+                    min_need[changed.inst_id] = smallest(changed)
+                least = None
+                break
         return filled
 
     def heartbeats(self, full: bool = False) -> None:

@@ -36,6 +36,7 @@ class GManager:
         self.entries: dict[tuple[int, int], RequestPlacementEntry] = {}
         self.status: dict[int, InstanceStatus] = {}
         self.frozen: set[int] = set()
+        self._k_memo: dict = {}  # Algorithm 1's k search, across rounds (plan_moves)
 
     def heartbeat(self, hb: Heartbeat) -> None:
         if hb.full:
@@ -123,7 +124,7 @@ class GManager:
         recalled = {homes[m.req_id] for m in recalls}
         return recalls + plan_moves(views, self.perf_model, self.config.block_size, self.config.beta_thres,
                                     self.config.util_thres, frozen=self.frozen, skip=recalled,
-                                    max_k_evals=self.config.max_k_evals)
+                                    max_k_evals=self.config.max_k_evals, k_memo=self._k_memo)
 
     def plan_dgfm(self, rng: np.random.Generator) -> Swap | None:
         """A DGFM swap on one debt cycle, its requests frozen until `swap_done`."""

@@ -61,12 +61,14 @@ class RManager(KVMoves):
     def num_lendable(self) -> int:
         if self.exclusive_roles and self.is_debtor:
             return 0
-        return max(0, min(self.num_free, self.max_lent_blocks - self.num_lent - self._remote_reserved()))
+        num_used = len(self.pool.owner)  # (num_free, num_lent and _remote_reserved inlined: a hot path)
+        num_free = self.pool.num_capacity - num_used - self._num_reserved
+        return max(0, min(num_free, self.max_lent_blocks - (num_used - self.num_home_here) - self._num_remote_reserved))
 
     @property
     def is_debtor(self) -> bool:
         """Home requests have rBlocks elsewhere, or a move is taking some there."""
-        return self.num_borrowed > 0 or any(m.dst_inst != self.inst_id for m in self.moves)
+        return self.num_borrowed > 0 or (bool(self._moves) and any(m.dst_inst != self.inst_id for m in self._moves))
 
     @property
     def is_creditor(self) -> bool:
@@ -93,6 +95,12 @@ class RManager(KVMoves):
         else:
             self.reserved.pop(req_id, None)
             self._remote_reserved_ids.discard(req_id)
+
+    @property
+    def is_empty(self) -> bool:
+        """No request, block, move or reservation here, and nothing left for the next heartbeat to report."""
+        return not (self.tables or self.moves or self.reserved or self.pool.num_used or self._changed
+                    or self._removed)
 
     def holders(self, req_id: int) -> dict[int, int]:
         """Which instances hold how much of home request `req_id`: inst_id -> rBlocks."""
@@ -235,13 +243,16 @@ class RManager(KVMoves):
                 return self.peers[inst_id].take_reserved(req_id)
         return None
 
-    def num_admissible(self, pooled: bool) -> int:
+    def num_admissible(self, pooled: bool, peers_lendable: int | None = None) -> int:
         """rBlocks a new request could get now: free here (reservations for remote KV may be taken back), plus
-        what creditors may lend when `pooled` and this instance may borrow."""
+        what creditors may lend when `pooled` and this instance may borrow (`peers_lendable`: their sum, when
+        the caller has read it already)."""
         here = self.num_free + self._remote_reserved()
         if not (pooled and self.can_borrow):
             return here
-        return here + sum(p.num_lendable for i, p in self.peers.items() if i != self.inst_id)
+        if peers_lendable is None:
+            peers_lendable = sum(p.num_lendable for i, p in self.peers.items() if i != self.inst_id)
+        return here + peers_lendable
 
     def can_admit(self, num_blocks: int, pooled: bool) -> bool:
         here = self.num_free + self._remote_reserved()

@@ -116,6 +116,20 @@ def test_idle_instance_takes_the_waiting_request_that_fits():
     assert filled == [idle] and idle.scheduler.waiting[0] is small and list(busy.scheduler.waiting) == [big]
 
 
+def test_an_idle_instance_does_not_take_a_request_another_idle_one_has_not_tried_yet():
+    """Two idle instances, one just handed a request it has not stepped on: the other must leave it (taking
+    it back and forth at one instant, with no step in between, never ends)."""
+    engine = Engine(EngineConfig(num_instances=2, blocks_per_instance=4, block_size=4, gmanager_interval_steps=0),
+                    NullBackend())
+    first, second = engine.instances
+    seq = Sequence(1, list(range(8)), 2)  # 2 blocks: fits either instance
+    second.scheduler.add_first(seq)  # what fill_idle or redispatch just did; second has not stepped yet
+    assert not second.scheduler.is_head_blocked and not first.scheduler.waiting
+    assert engine.fill_idle() == [] and list(second.scheduler.waiting) == [seq]
+    second.scheduler.is_head_blocked = True  # second tried it and could not admit it: now first may take it
+    assert engine.fill_idle() == [first] and list(first.scheduler.waiting) == [seq]
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(num_instances=st.integers(2, 5), blocks=st.integers(3, 10), exclusive_roles=st.booleans(),
        interval=st.integers(0, 3), requests=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12)),

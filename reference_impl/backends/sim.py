@@ -174,6 +174,9 @@ class SimState:
         self.last_s = 0.0
         self.num_idle_waiting = 0  # instances running no step while a waiting request fits the free rBlocks
         self.idle_waiting_inst_s = 0.0
+        # rounds on an empty cluster may be counted instead of run (events.GManagerRound) unless a callback
+        # watches every round or event
+        self.skip_idle_rounds = on_round is None
 
     def wake(self, inst_id: int, time_s: float) -> list[Step]:
         if self.busy[inst_id] or not self.engine.instances[inst_id].has_work:
@@ -194,6 +197,12 @@ class SimState:
     def after_event(self, time_s: float) -> None:
         num_idle = self.computing.count(False)
         self.num_idle_waiting = num_idle if num_idle and self.waiting_fits() else 0
+
+    def is_empty(self) -> bool:
+        """No step in flight, no request or KV anywhere, nothing for the next heartbeat to report."""
+        if any(self.busy) or self.engine.gmanager.entries or self.engine.gmanager.frozen:
+            return False
+        return not any(i.has_work or not i.rm.is_empty for i in self.engine.instances)
 
     def waiting_fits(self) -> bool:
         """Some waiting request's KV (its tokens so far) fits the cluster's free rBlocks."""
@@ -218,6 +227,7 @@ def simulate(config: SimConfig, requests, *, max_sim_s: float = float("inf"), on
     prefill alone would take minutes."""
     sim = SimState(config, requests, on_round, prefill_elsewhere)
     if on_event is not None:
+        sim.skip_idle_rounds = False
         after = sim.after_event
         sim.after_event = lambda time_s: (after(time_s), on_event(time_s))
     events = [Arrival(r.arrival_s, r) for r in sorted(requests, key=lambda r: (r.arrival_s, r.req_id))]
