@@ -26,7 +26,8 @@ SIM = ("sim",)
 PARAMS = (
     Param("seeds", int, 3, "seeds per point (seed, seed+1, ...): lengths, arrivals and simulator", backends=SIM),
     Param("short_requests", int, None, "requests per point, traces 0-2 (1000; 100 with --quick)", backends=SIM),
-    Param("long_requests", int, None, "requests per point, traces 3-8 (60: what fits make fig10's 10 minutes; the issue's >= 200 is long_requests=200, see the README; 20 with --quick)", backends=SIM),
+    Param("long_requests", int, None, "requests per point, traces 3-8 (60, what fits make fig10's 10 minutes; "
+          "200 is the bigger run in the README; 20 with --quick)", backends=SIM),
     Param("traces", int_list, None, "only these trace ids (default: 0-8; 0 and 3 with --quick)", backends=SIM),
     Param("link", str, LINK_DEFAULT, "inter-instance link: intra-node, inter-node or GB/s", backends=SIM),
     Param("source", str, "fitted", "workload lengths", choices=("fitted", "auto"), backends=("sim", "ray")),
