@@ -132,10 +132,6 @@ class Engine:
         if not any(inst.scheduler.waiting for inst in self.instances):
             return []
         bs = self.config.block_size
-
-        def smallest(other: Instance) -> int | None:  # fewest rBlocks a request in its queue needs
-            return min((num_blocks_for(seq.num_tokens, bs) for seq in other.scheduler.waiting), default=None)
-
         filled = []
         lendable = min_need = least = None  # read once: memory does not change in this loop, queues rarely
         for inst in self.instances:
@@ -145,7 +141,7 @@ class Engine:
             if lendable is None:
                 lendable = [i.rm.num_lendable for i in self.instances]
                 total_lendable = sum(lendable)
-                min_need = [smallest(i) for i in self.instances]
+                min_need = [i.scheduler.min_waiting_blocks for i in self.instances]
             if least is None:
                 least = min((n for n in min_need if n is not None), default=-1)
             room = inst.rm.num_admissible(pooled=True, peers_lendable=total_lendable - lendable[inst.inst_id])
@@ -166,7 +162,7 @@ class Engine:
                 s.is_head_blocked = False
                 filled.append(inst)
                 for changed in (other, inst):
-                    min_need[changed.inst_id] = smallest(changed)
+                    min_need[changed.inst_id] = changed.scheduler.min_waiting_blocks
                 least = None
                 break
         return filled

@@ -26,20 +26,46 @@ class Scheduler:
         self.num_retrievable = 0  # local blocks freed by retiring requests, to spend on retrieval
         self.is_head_blocked = False  # the first waiting request could not be admitted at the last schedule
         self.num_waiting_blocks = 0  # rBlocks the waiting requests need at admission
+        self._min_waiting_blocks: int | None = None  # cache of min_waiting_blocks; -1: stale
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
-        self.num_waiting_blocks += num_blocks_for(seq.num_tokens, self.block_size)
+        self._added(seq)
 
     def add_first(self, seq: Sequence) -> None:
         self.waiting.appendleft(seq)
-        self.num_waiting_blocks += num_blocks_for(seq.num_tokens, self.block_size)
+        self._added(seq)
+
+    def _added(self, seq: Sequence) -> None:
+        need = num_blocks_for(seq.num_tokens, self.block_size)
+        self.num_waiting_blocks += need
+        if self._min_waiting_blocks is None or (self._min_waiting_blocks >= 0 and need < self._min_waiting_blocks):
+            self._min_waiting_blocks = need
 
     def take_waiting(self, index: int = 0) -> Sequence:
         seq = self.waiting[index]
         del self.waiting[index]
-        self.num_waiting_blocks -= num_blocks_for(seq.num_tokens, self.block_size)
+        need = num_blocks_for(seq.num_tokens, self.block_size)
+        self.num_waiting_blocks -= need
+        if not self.waiting:
+            self._min_waiting_blocks = None
+        elif need == self._min_waiting_blocks:
+            self._min_waiting_blocks = -1
         return seq
+
+    def remove_waiting(self, req_id: int) -> None:
+        for index, seq in enumerate(self.waiting):
+            if seq.req_id == req_id:
+                self.take_waiting(index)
+                return
+
+    @property
+    def min_waiting_blocks(self) -> int | None:
+        """The fewest rBlocks a waiting request needs at admission (None: nothing waits). A waiting request's
+        length does not change, so this is recomputed only after the smallest one leaves the queue."""
+        if self._min_waiting_blocks == -1:
+            self._min_waiting_blocks = min(num_blocks_for(seq.num_tokens, self.block_size) for seq in self.waiting)
+        return self._min_waiting_blocks
 
     def mean_waiting_blocks(self) -> float:
         if not self.waiting:
@@ -110,8 +136,11 @@ class Scheduler:
             need = num_blocks_for(seq.num_tokens, self.block_size)
             if not self.rm.alloc_prompt(seq.req_id, need, self.recommend):
                 self.is_head_blocked = True
-                if self.recommend is not None and self.rm.is_creditor and self.rm.exclusive_roles:
-                    self.rm.reclaim_lent(need - self.rm.num_free)  # a creditor may not borrow: call room back
+                if (self.recommend is not None and self.rm.is_creditor and self.rm.exclusive_roles
+                        and need <= self.rm.pool.num_capacity):
+                    # a creditor may not borrow: it calls back room it lent when that makes the request fit here
+                    # (a bigger one needs borrowing, so a borrower takes it: Engine.fill_idle / redispatch)
+                    self.rm.reclaim_lent(need - self.rm.num_free)
                 break
             seq.status = Status.RUNNING
             admitted.append(self.take_waiting())

@@ -88,6 +88,19 @@ def test_a_waiting_creditor_request_waits_for_reclaimed_room_without_preempting(
     assert is_prefill and [s.req_id for s in admitted] == [20] and creditor.holders(20) == {1: 4}
 
 
+def test_a_creditor_does_not_call_back_room_for_a_request_larger_than_itself():
+    """Reclaiming cannot make a request bigger than the instance fit there; it only shuffles the lent blocks
+    to other creditors (whose reserved room then stops them borrowing in turn). The request waits for a
+    borrower (fill_idle / redispatch) instead."""
+    debtor, creditor, other = cluster(4, 4, 4)
+    assert debtor.alloc_prompt(1, 6, all_creditors)
+    lender = creditor if creditor.num_lent else other
+    sched = Scheduler(lender, block_size=4, max_batch_size=8, recommend=all_creditors)
+    sched.add(Sequence(20, list(range(20)), 2))  # 5 blocks: more than the lender's 4
+    assert sched.schedule() == ([], False) and sched.is_head_blocked
+    assert not debtor.moves and lender.num_lent == 2 and not any(rm.reserved for rm in (debtor, creditor, other))
+
+
 def test_debtor_spends_room_from_a_retiring_request_on_retrieval_not_lending():
     debtor, creditor = cluster(4, 8)
     sched = Scheduler(debtor, block_size=4, max_batch_size=8, recommend=all_creditors)
@@ -162,3 +175,22 @@ def test_a_request_larger_than_its_instance_is_admitted_even_when_the_hint_is_st
     assert not a.alloc_prompt(2, 2, no_hint) and 2 not in a.tables
     assert a.alloc_prompt(2, 2, all_creditors)
     check_invariants([a, b, c])
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "add_first", "take", "remove"]), st.integers(1, 30)),
+                    max_size=40))
+def test_the_queue_keeps_its_smallest_need_and_total(ops):
+    """Scheduler.min_waiting_blocks (cached) and num_waiting_blocks equal a scan of the queue after every op."""
+    sched = Scheduler(cluster(8)[0], block_size=4, max_batch_size=8, recommend=None)
+    next_id = iter(range(10_000))
+    for op, n in ops:
+        if op in ("add", "add_first"):
+            getattr(sched, op)(Sequence(next(next_id), list(range(n)), 1))
+        elif sched.waiting and op == "take":
+            sched.take_waiting(n % len(sched.waiting))
+        elif sched.waiting:
+            sched.remove_waiting(sched.waiting[n % len(sched.waiting)].req_id)
+        needs = [-(-len(seq.prompt_ids) // 4) for seq in sched.waiting]
+        assert sched.min_waiting_blocks == (min(needs) if needs else None)
+        assert sched.num_waiting_blocks == sum(needs)

@@ -178,7 +178,7 @@ class InstanceLoop:
                 self.num_added += 1
             elif kind == "abort":
                 s = self.scheduler
-                s.waiting = type(s.waiting)(q for q in s.waiting if q.req_id != msg)
+                s.remove_waiting(msg)
                 s.running = [q for q in s.running if q.req_id != msg]
                 self.rm.free_request(msg)
             elif kind == "move":

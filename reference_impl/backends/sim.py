@@ -207,10 +207,8 @@ class SimState:
     def waiting_fits(self) -> bool:
         """Some waiting request's KV (its tokens so far) fits the cluster's free rBlocks."""
         instances = self.engine.instances
-        need = min((s.num_tokens for i in instances for s in i.scheduler.waiting), default=None)
-        if need is None:
-            return False
-        return num_blocks_for(need, self.config.block_size) <= sum(i.rm.num_free for i in instances)
+        need = min((n for i in instances if (n := i.scheduler.min_waiting_blocks) is not None), default=None)
+        return need is not None and need <= sum(i.rm.num_free for i in instances)
 
     def idle_waiting_frac(self) -> float:
         span_s = self.last_s - (self.start_s or 0.0)
