@@ -146,6 +146,17 @@ class Scheduler:
             admitted.append(self.take_waiting())
         return admitted
 
+    @property
+    def waits_for_others(self) -> bool:
+        """A step here can change nothing until another instance acts: nothing runs, and the first waiting request
+        was refused and is larger than this instance, while it is a creditor that may not borrow (so it neither
+        admits it nor calls room back for it: _admit)."""
+        if self.running or not self.waiting or not self.is_head_blocked or self.recommend is None:
+            return False
+        rm = self.rm
+        return (rm.exclusive_roles and not rm.moves and rm.is_creditor
+                and num_blocks_for(self.waiting[0].num_tokens, self.block_size) > rm.pool.num_capacity)
+
     def _may_retrieve(self) -> None:
         if self.recommend is None or not self.rm.num_borrowed:
             self.num_retrievable = 0

@@ -194,3 +194,27 @@ def test_the_queue_keeps_its_smallest_need_and_total(ops):
         needs = [-(-len(seq.prompt_ids) // 4) for seq in sched.waiting]
         assert sched.min_waiting_blocks == (min(needs) if needs else None)
         assert sched.num_waiting_blocks == sum(needs)
+
+
+def test_a_creditor_that_waits_for_others_steps_without_effect():
+    """Scheduler.waits_for_others (the simulator parks such instances instead of stepping them): a creditor
+    whose first request is larger than itself can neither admit it nor call room back for it."""
+    engine = Engine(EngineConfig(num_instances=3, blocks_per_instance=4, block_size=4, gmanager_interval_steps=0),
+                    NullBackend())
+    debtor = engine.instances[0]
+    debtor.scheduler.add(Sequence(0, list(range(24)), 50))  # 6 blocks: 2 borrowed
+    debtor.step(engine.backend)
+    lender = next(i for i in engine.instances if i.rm.num_lent)
+    lender.scheduler.add(Sequence(1, list(range(20)), 2))  # 5 blocks: more than the lender's 4
+    lender.step(engine.backend)
+    assert lender.scheduler.waits_for_others
+
+    def state():
+        return [(i.rm.num_free, i.rm.num_lent, i.rm.num_reserved, len(i.rm.moves), len(i.scheduler.waiting),
+                 len(i.scheduler.running)) for i in engine.instances]
+
+    before = state()
+    assert lender.step(engine.backend) == [] and state() == before
+    debtor.scheduler.running[0].max_new_tokens = len(debtor.scheduler.running[0].output_ids) + 1
+    debtor.step(engine.backend)  # the debtor's request ends: the lender holds nothing lent, may borrow again
+    assert not lender.scheduler.waits_for_others

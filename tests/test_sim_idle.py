@@ -35,3 +35,18 @@ def test_infinite_llm_hands_the_waiting_request_to_the_idle_instance():
     assert all(r.status == FINISHED for r in pooled.requests)
     assert pooled.requests[2].inst_id == 1 and pooled.idle_waiting_frac < alone.idle_waiting_frac / 10
     assert pooled.requests[2].finish_s < alone.requests[2].finish_s
+
+
+def test_creditors_waiting_for_others_are_parked_and_every_request_finishes(monkeypatch):
+    """Requests larger than one instance on 4 instances: creditors whose first request needs borrowing are
+    parked (a Handoff, not a step) while they lend; every request still finishes."""
+    from reference_impl.sim import events
+
+    handled = []
+    handle = events.Handoff.handle
+    monkeypatch.setattr(events.Handoff, "handle", lambda self, sim: handled.append(self) or handle(self, sim))
+    base = cluster("llama2-7b", "A100-80GB-SXM", 4)
+    requests = [Request(i, 0.5 * i, 150_000 if i % 2 else 30_000, 40, f"r{i}") for i in range(12)]
+    result = simulate(base, requests)
+    assert [r.status for r in result.requests] == [FINISHED] * len(requests)
+    assert handled and result.num_moved_blocks > 0

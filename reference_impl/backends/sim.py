@@ -33,7 +33,7 @@ from reference_impl.gmanager import GManagerConfig
 from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.sequence import Sequence, num_blocks_for
 from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
-from reference_impl.sim.events import Arrival, GManagerRound, PromptIds, Step, run_events
+from reference_impl.sim.events import Arrival, Event, GManagerRound, Handoff, PromptIds, Step, run_events
 from reference_impl.sim.metrics import FINISHED, RequestMetrics, SimResult
 
 _PromptIds = PromptIds  # earlier name, used by experiments
@@ -184,8 +184,17 @@ class SimState:
         self.busy[inst_id] = True
         return [Step(time_s, inst_id)]
 
-    def wake_all(self, time_s: float) -> list[Step]:
-        return [e for i in range(self.config.num_instances) for e in self.wake(i, time_s)]
+    def wake_all(self, time_s: float) -> list[Event]:
+        """A step for every instance with work, except those whose step could only hand their first request on
+        (Scheduler.waits_for_others): one Handoff event after the steps does that for them."""
+        steps, parked = [], []
+        for inst in self.engine.instances:
+            if (inst.scheduler.waits_for_others and not self.busy[inst.inst_id]
+                    and not self.backend.move_tokens.get(inst.inst_id)):
+                parked.append(inst.inst_id)
+            else:
+                steps += self.wake(inst.inst_id, time_s)
+        return steps + [Handoff(time_s, tuple(parked))] if parked else steps
 
     def advance_to(self, time_s: float) -> None:
         if self.start_s is None:

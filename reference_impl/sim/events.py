@@ -90,6 +90,26 @@ class Step(Event):
 
 
 @dataclass(slots=True)
+class Handoff(Event):
+    """What the steps of instances that wait for others would do (Scheduler.waits_for_others): hand their
+    first request to an instance that can admit it, and fill idle instances; without running those steps."""
+    inst_ids: tuple[int, ...]
+
+    def handle(self, sim) -> list[Event]:
+        engine, caused = sim.engine, []
+        for inst_id in self.inst_ids:
+            inst = engine.instances[inst_id]
+            target = engine.redispatch(inst) if inst.scheduler.waits_for_others else None
+            if target is not None:
+                sim.metrics[target.scheduler.waiting[0].req_id].inst_id = target.inst_id
+                caused += sim.wake(target.inst_id, self.time_s)
+        for idle in engine.fill_idle():
+            sim.metrics[idle.scheduler.waiting[0].req_id].inst_id = idle.inst_id
+            caused += sim.wake(idle.inst_id, self.time_s)
+        return caused
+
+
+@dataclass(slots=True)
 class GManagerRound(Event):
     def handle(self, sim) -> list[Event]:
         engine = sim.engine
