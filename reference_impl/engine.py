@@ -100,22 +100,28 @@ class Engine:
             return s.num_waiting_blocks
         return sum(num_blocks_for(seq.num_tokens, self.config.block_size) for seq in s.waiting)  # a Ray actor's
 
-    def redispatch(self, inst: Instance) -> Instance | None:
+    def pool_targets(self) -> list[tuple[int, Instance]]:
+        """(rBlocks it could admit now with what creditors lend, instance) of every instance with an empty queue
+        and room in its batch: where redispatch may hand a request. Valid until memory or a queue changes."""
+        free = [i for i in self.instances if not i.scheduler.waiting
+                and len(i.scheduler.running) < i.scheduler.max_batch_size]
+        if not free:
+            return []
+        lendable = [i.rm.num_lendable for i in self.instances]
+        total_lendable = sum(lendable)
+        return [(i.rm.num_admissible(pooled=True, peers_lendable=total_lendable - lendable[i.inst_id]), i)
+                for i in free]
+
+    def redispatch(self, inst: Instance, targets: list | None = None) -> Instance | None:
         """Admission against the pool: when `inst` cannot admit its first waiting request now, hand it to the
         front of an instance with an empty queue that can (local room plus what creditors lend); that instance,
-        or None."""
+        or None. `targets`: pool_targets() when the caller has them."""
         s = inst.scheduler
         if not (self.config.pooling and isinstance(s, Scheduler) and s.waiting and s.is_head_blocked):
             return None  # (a Ray actor's queue stays in the actor)
         need = num_blocks_for(s.waiting[0].num_tokens, self.config.block_size)
-        free = [other for other in self.instances if other is not inst and not other.scheduler.waiting
-                and len(other.scheduler.running) < other.scheduler.max_batch_size]
-        if not free:
-            return None
-        lendable = [i.rm.num_lendable for i in self.instances]  # (memory does not change here)
-        total_lendable = sum(lendable)
-        fits = [other for other in free if need <= other.rm.num_admissible(
-            pooled=True, peers_lendable=total_lendable - lendable[other.inst_id])]
+        fits = [other for room, other in (self.pool_targets() if targets is None else targets)
+                if other is not inst and need <= room]
         if not fits:
             return None
         other = min(fits, key=lambda i: (-i.rm.num_free, i.inst_id))  # the most free memory

@@ -31,16 +31,19 @@ class KVMoves:
     @moves.setter
     def moves(self, moves) -> None:
         self._moves = list(moves)
+        self._lendable = None
         self._moves_by_req: dict[int, list[KVMove]] = {}
         for m in self._moves:
             self._moves_by_req.setdefault(m.req_id, []).append(m)
 
     def _add_move(self, move: KVMove) -> None:
         self._moves.append(move)
+        self._lendable = None
         self._moves_by_req.setdefault(move.req_id, []).append(move)
 
     def _drop_move(self, move: KVMove) -> None:
         self._moves.remove(move)
+        self._lendable = None
         same = self._moves_by_req[move.req_id]
         same.remove(move)
         if not same:

@@ -35,6 +35,7 @@ class RManager(KVMoves):
         self.reserved: dict[int, int] = {}  # req_id -> blocks promised by try_move_kvcache
         self._remote_reserved_ids: set[int] = set()  # reservations for remote requests (lent room)
         self._num_reserved = self._num_remote_reserved = 0
+        self._lendable: int | None = None  # num_lendable's cache
         self.moves: list[KVMove] = []
         self.frozen: set[int] = set()
         self.peers = {} if peers is None else peers
@@ -59,11 +60,17 @@ class RManager(KVMoves):
 
     @property
     def num_lendable(self) -> int:
-        if self.exclusive_roles and self.is_debtor:
-            return 0
-        num_used = len(self.pool.owner)  # (num_free, num_lent and _remote_reserved inlined: a hot path)
-        num_free = self.pool.num_capacity - num_used - self._num_reserved
-        return max(0, min(num_free, self.max_lent_blocks - (num_used - self.num_home_here) - self._num_remote_reserved))
+        # a hot path: cached; every change of its inputs (pool, reservations, counts, moves) drops the cache
+        if self._lendable is None:
+            if self.exclusive_roles and self.is_debtor:
+                self._lendable = 0
+            else:
+                num_used = len(self.pool.owner)
+                num_free = self.pool.num_capacity - num_used - self._num_reserved
+                self._lendable = max(0, min(num_free, self.max_lent_blocks - (num_used - self.num_home_here)
+                                            - self._num_remote_reserved))
+        return self._lendable
+
 
     @property
     def is_debtor(self) -> bool:
@@ -87,6 +94,7 @@ class RManager(KVMoves):
         if req_id not in self.reserved and req_id not in self.tables:
             self._remote_reserved_ids.add(req_id)
         left = self.reserved.get(req_id, 0) + num_blocks
+        self._lendable = None
         self._num_reserved += num_blocks
         if req_id in self._remote_reserved_ids:
             self._num_remote_reserved += num_blocks
@@ -134,6 +142,7 @@ class RManager(KVMoves):
     # --- physical side
     def _alloc(self, req_id: int) -> RBlock:
         device, address = self.pool.alloc(req_id)
+        self._lendable = None
         self.hosted[req_id] = self.hosted.get(req_id, 0) + 1
         self._touch(req_id)
         return RBlock(next(self.peers[self._home(req_id)]._ids), self.inst_id, device, address)
@@ -152,6 +161,7 @@ class RManager(KVMoves):
 
     def release(self, block: RBlock) -> None:
         req_id = self.pool.free(block.device, block.address)
+        self._lendable = None
         self.hosted[req_id] -= 1
         if not self.hosted[req_id]:
             del self.hosted[req_id]
@@ -192,6 +202,7 @@ class RManager(KVMoves):
         self._count_totals(inst_id, n)
 
     def _count_totals(self, inst_id: int, n: int) -> None:
+        self._lendable = None
         if inst_id != self.inst_id:
             self.num_borrowed += n
         else:

@@ -96,11 +96,15 @@ class Handoff(Event):
     inst_ids: tuple[int, ...]
 
     def handle(self, sim) -> list[Event]:
-        engine, caused = sim.engine, []
+        engine, caused, targets = sim.engine, [], None
         for inst_id in self.inst_ids:
             inst = engine.instances[inst_id]
-            target = engine.redispatch(inst) if inst.scheduler.waits_for_others else None
+            if not inst.scheduler.waits_for_others:
+                continue
+            targets = engine.pool_targets() if targets is None else targets  # (redispatch changes no memory)
+            target = engine.redispatch(inst, targets)
             if target is not None:
+                targets = None  # its queue is no longer empty
                 sim.metrics[target.scheduler.waiting[0].req_id].inst_id = target.inst_id
                 caused += sim.wake(target.inst_id, self.time_s)
         for idle in engine.fill_idle():

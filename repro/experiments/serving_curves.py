@@ -7,8 +7,8 @@
    past saturation: a heavily overloaded system may sustain less than one at its limit). The saturation
    rate is the most any probe sustained.
 2. Rate grid: the same rates for every system of a group, LOW_MULTIPLIERS of the lower saturation (0.25x is
-   near the unloaded latency), the geometric middle of the two saturations when they differ by more than
-   MID_GAP, and HIGH_MULTIPLIERS of the higher one (past both).
+   near the unloaded latency), and HIGH_MULTIPLIERS of the higher one (past both); when the saturations
+   differ by more than MID_GAP, their geometric middle replaces the last low multiplier (six rates either way).
 3. Every rate runs with every seed (lengths, arrivals and the simulator's seed change together).
 4. Max throughput (the papers' "maximum achieved throughput", read where the curve turns up): per system and
    seed, the highest steady-state output rate over the grid, whose top rates are past saturation (the
@@ -78,8 +78,8 @@ def find_saturation(groups: list[CurveGroup], seed: int, log, pool) -> None:
 def rate_grid(saturation_per_s: dict) -> list[float]:
     low, high = min(saturation_per_s.values()), max(saturation_per_s.values())
     rates = [low * m for m in LOW_MULTIPLIERS] + [high * m for m in HIGH_MULTIPLIERS]
-    if high > MID_GAP * low:
-        rates.append((low * high) ** 0.5)
+    if high > MID_GAP * low:  # the middle replaces the last low rate: six rates either way
+        rates[len(LOW_MULTIPLIERS) - 1] = (low * high) ** 0.5
     return sorted({float(f"{r:.4g}") for r in rates if r > 0})
 
 
