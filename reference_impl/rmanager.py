@@ -125,6 +125,8 @@ class RManager(KVMoves):
         """The changed entries since the last heartbeat, or every entry when `full`."""
         if full:
             hb = Heartbeat(status, tuple(self.entries()), (), True)
+        elif not (self._changed or self._removed):
+            return Heartbeat(status, (), ())
         else:
             hb = Heartbeat(status, tuple(self._entry(r) for r in sorted(self._changed - self._removed)),
                            tuple(sorted(self._removed)))

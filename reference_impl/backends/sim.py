@@ -187,13 +187,16 @@ class SimState:
     def wake_all(self, time_s: float) -> list[Event]:
         """A step for every instance with work, except those whose step could only hand their first request on
         (Scheduler.waits_for_others): one Handoff event after the steps does that for them."""
-        steps, parked = [], []
+        steps, parked, busy = [], [], self.busy
         for inst in self.engine.instances:
-            if (inst.scheduler.waits_for_others and not self.busy[inst.inst_id]
-                    and not self.backend.move_tokens.get(inst.inst_id)):
-                parked.append(inst.inst_id)
+            i, s = inst.inst_id, inst.scheduler
+            if busy[i] or not (s.waiting or s.running):
+                continue
+            if s.waits_for_others and not self.backend.move_tokens.get(i):
+                parked.append(i)
             else:
-                steps += self.wake(inst.inst_id, time_s)
+                busy[i] = True
+                steps.append(Step(time_s, i))
         return steps + [Handoff(time_s, tuple(parked))] if parked else steps
 
     def advance_to(self, time_s: float) -> None:

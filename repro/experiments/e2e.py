@@ -20,14 +20,13 @@ GPU = "A100-80GB-SXM"
 LONG_SETTINGS = {3: ("llama2-7b", 2), 4: ("llama2-13b", 4), 5: ("llama2-70b", 8), 6: ("llama2-13b", 8),
                  7: ("llama2-7b", 16), 8: ("llama2-7b", 32)}
 FULL = dict(short_traces=(0, 1, 2), instance_counts=(4, 8), long_traces=(3, 4, 5, 6, 7, 8),
-            short_requests=1000, long_requests=60)
+            short_requests=1000, long_requests=200)
 QUICK = dict(short_traces=(0,), instance_counts=(4,), long_traces=(3,), short_requests=100, long_requests=20)
 SIM = ("sim",)
 PARAMS = (
     Param("seeds", int, 3, "seeds per point (seed, seed+1, ...): lengths, arrivals and simulator", backends=SIM),
     Param("short_requests", int, None, "requests per point, traces 0-2 (1000; 100 with --quick)", backends=SIM),
-    Param("long_requests", int, None, "requests per point, traces 3-8 (60, what fits make fig10's 10 minutes; "
-          "200 is the bigger run in the README; 20 with --quick)", backends=SIM),
+    Param("long_requests", int, None, "requests per point, traces 3-8 (200; 20 with --quick)", backends=SIM),
     Param("traces", int_list, None, "only these trace ids (default: 0-8; 0 and 3 with --quick)", backends=SIM),
     Param("link", str, LINK_DEFAULT, "inter-instance link: intra-node, inter-node or GB/s", backends=SIM),
     Param("source", str, "fitted", "workload lengths", choices=("fitted", "auto"), backends=("sim", "ray")),

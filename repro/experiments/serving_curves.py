@@ -5,7 +5,8 @@
    request rate it sustains. A probe that keeps up (sustained >= KEEPS_UP of offered) is retried at
    PROBE_GROWTH times the rate; one that does not is refined once at REFINE times what it sustained (just
    past saturation: a heavily overloaded system may sustain less than one at its limit). The saturation
-   rate is the most any probe sustained.
+   rate is the most any probe sustained. A probe serves the first PROBE_FRACTION of a point's requests (at
+   least MIN_PROBE_REQUESTS): it only places the grid, whose points then serve them all.
 2. Rate grid: the same rates for every system of a group, LOW_MULTIPLIERS of the lower saturation (0.25x is
    near the unloaded latency), and HIGH_MULTIPLIERS of the higher one (past both); when the saturations
    differ by more than MID_GAP, their geometric middle replaces the last low multiplier (six rates either way).
@@ -25,6 +26,8 @@ KEEPS_UP = 0.8
 PROBE_GROWTH = 4.0
 REFINE = 1.25
 MAX_PROBES = 3
+PROBE_FRACTION = 0.5
+MIN_PROBE_REQUESTS = 60
 LOW_MULTIPLIERS = (0.25, 0.5, 0.75, 0.9)
 MID_GAP = 1.2
 HIGH_MULTIPLIERS = (1.15, 1.5)
@@ -52,12 +55,12 @@ def find_saturation(groups: list[CurveGroup], seed: int, log, pool) -> None:
     """Fill each group's saturation_per_s by probing all groups' systems together (one pool round per probe)."""
     pending = []
     for g in groups:
-        requests = g.make_requests(1.0, seed)
+        requests = probe_requests(g, 1.0, seed)
         g.info["_mean_output"] = float(np.mean([r.output_len for r in requests]))
         pending += [(g, s, nominal_rate_per_s(g.base, requests)) for s in g.systems]
     grown, refined = {}, set()  # (group, system) -> probes grown so far; those refined once
     while pending:
-        tasks = [PointTask(s, g.base, tuple(g.make_requests(rate, seed)), rate, f"{g.label} probe", seed, g.runner)
+        tasks = [PointTask(s, g.base, probe_requests(g, rate, seed), rate, f"{g.label} probe", seed, g.runner)
                  for g, s, rate in pending]
         retry = []
         for (g, s, rate), p in zip(pending, run_tasks(tasks, log, pool)):
@@ -73,6 +76,12 @@ def find_saturation(groups: list[CurveGroup], seed: int, log, pool) -> None:
                 refined.add(key)
                 retry.append((g, s, REFINE * sustained))
         pending = retry
+
+
+def probe_requests(g: CurveGroup, rate_per_s: float, seed: int) -> tuple:
+    """A probe serves the first PROBE_FRACTION of the point's requests (a prefix of the same arrivals)."""
+    requests = g.make_requests(rate_per_s, seed)
+    return tuple(requests[:max(MIN_PROBE_REQUESTS, int(PROBE_FRACTION * len(requests)))])
 
 
 def rate_grid(saturation_per_s: dict) -> list[float]:
