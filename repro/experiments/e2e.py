@@ -12,7 +12,7 @@ from functools import partial
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.params import Param, int_list
 from repro.experiments.serving import LINK_DEFAULT, default_workers, point_pool, typed, workload
-from repro.experiments.serving_curves import CurveGroup, ratio_text, run_curves
+from repro.experiments.serving_curves import LONG_PROBE_FRACTION, CurveGroup, ratio_text, run_curves
 from repro.experiments.serving_ray import RAY_PARAMS
 from reference_impl.sim.systems import cluster
 
@@ -67,7 +67,8 @@ def curve_groups(params, size: dict, *, link: str, source: str) -> list[CurveGro
         base = cluster(g["model"], GPU, g["num_gpus"], link=link, seed=params.seed)
         make = partial(_requests, g["trace_id"], g["num_requests"], source)
         out.append(CurveGroup(g, base, make, ("infinite-llm", g["baseline"]),
-                              f"trace {g['trace_id']} {g['model']} {g['num_gpus']} GPUs"))
+                              f"trace {g['trace_id']} {g['model']} {g['num_gpus']} GPUs",
+                              probe_fraction=LONG_PROBE_FRACTION if g["panel"] == "10b" else 1.0))
     return out
 
 

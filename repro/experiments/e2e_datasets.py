@@ -11,7 +11,7 @@ from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result
 from repro.experiments.params import Param, int_list
 from repro.experiments.serving import LINK_DEFAULT, default_workers, point_pool, typed, workload
-from repro.experiments.serving_curves import CurveGroup, ratio_text, run_curves
+from repro.experiments.serving_curves import LONG_PROBE_FRACTION, CurveGroup, ratio_text, run_curves
 from reference_impl.sim.systems import cluster
 from workloads.paper_tables import DATASETS
 
@@ -47,7 +47,7 @@ def run(params, log) -> dict:
         info = {"dataset_id": dataset_id, "long_ratio": row.long_ratio, "panel": "8", "model": model,
                 "num_gpus": row.num_gpus, "baseline": "vllm-s", "num_requests": n}
         todo.append(CurveGroup(info, base, partial(_requests, dataset_id, n, source), ("infinite-llm", "vllm-s"),
-                               f"dataset {dataset_id} {model} {row.num_gpus} GPUs"))
+                               f"dataset {dataset_id} {model} {row.num_gpus} GPUs", probe_fraction=LONG_PROBE_FRACTION))
     seeds = tuple(params.seed + i for i in range(max(1, params.extra["seeds"])))
     with point_pool(default_workers(params)) as pool:
         groups = run_curves(todo, seeds, log, pool)

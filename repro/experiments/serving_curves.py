@@ -5,8 +5,8 @@
    request rate it sustains. A probe that keeps up (sustained >= KEEPS_UP of offered) is retried at
    PROBE_GROWTH times the rate; one that does not is refined once at REFINE times what it sustained (just
    past saturation: a heavily overloaded system may sustain less than one at its limit). The saturation
-   rate is the most any probe sustained. A probe serves the first PROBE_FRACTION of a point's requests (at
-   least MIN_PROBE_REQUESTS): it only places the grid, whose points then serve them all.
+   rate is the most any probe sustained. A group may probe with the first `probe_fraction` of a point's
+   requests (at least MIN_PROBE_REQUESTS): a probe only places the grid, whose points then serve them all.
 2. Rate grid: the same rates for every system of a group, LOW_MULTIPLIERS of the lower saturation (0.25x is
    near the unloaded latency), and HIGH_MULTIPLIERS of the higher one (past both); when the saturations
    differ by more than MID_GAP, their geometric middle replaces the last low multiplier (six rates either way).
@@ -26,8 +26,8 @@ KEEPS_UP = 0.8
 PROBE_GROWTH = 4.0
 REFINE = 1.25
 MAX_PROBES = 3
-PROBE_FRACTION = 0.5
 MIN_PROBE_REQUESTS = 60
+LONG_PROBE_FRACTION = 0.5  # long-request groups (Fig 10b, the datasets) probe with half; short ones with all
 LOW_MULTIPLIERS = (0.25, 0.5, 0.75, 0.9)
 MID_GAP = 1.2
 HIGH_MULTIPLIERS = (1.15, 1.5)
@@ -43,6 +43,7 @@ class CurveGroup:
     systems: tuple[str, ...]
     label: str
     runner: object = None  # PointTask.runner for every point of the group (None: run_point)
+    probe_fraction: float = 1.0  # share of a point's requests (a prefix) its probes serve
     saturation_per_s: dict = field(default_factory=dict)
     rates_per_s: list = field(default_factory=list)
 
@@ -79,9 +80,9 @@ def find_saturation(groups: list[CurveGroup], seed: int, log, pool) -> None:
 
 
 def probe_requests(g: CurveGroup, rate_per_s: float, seed: int) -> tuple:
-    """A probe serves the first PROBE_FRACTION of the point's requests (a prefix of the same arrivals)."""
+    """A probe serves the first `g.probe_fraction` of the point's requests (a prefix of the same arrivals)."""
     requests = g.make_requests(rate_per_s, seed)
-    return tuple(requests[:max(MIN_PROBE_REQUESTS, int(PROBE_FRACTION * len(requests)))])
+    return tuple(requests[:max(MIN_PROBE_REQUESTS, int(g.probe_fraction * len(requests)))])
 
 
 def rate_grid(saturation_per_s: dict) -> list[float]:
