@@ -5,6 +5,7 @@ heartbeat, every `gmanager_interval_steps` the gManager runs a round (recalls + 
 its `move_kvcache` decisions go to the requests' home rManagers, which move KV in chunks.
 """
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -13,6 +14,7 @@ from reference_impl.errors import InputError
 from reference_impl.gmanager import GManager, GManagerConfig
 from reference_impl.instance import Backend, Instance
 from reference_impl.perf_model import PerfModel
+from reference_impl.retrieval import blocks_to_retrieve, main_creditor
 from reference_impl.rmanager import RManager
 from reference_impl.scheduler import Scheduler
 from reference_impl.sequence import Sequence, num_blocks_for
@@ -68,6 +70,8 @@ class Engine:
             scheduler = Scheduler(rm, config.block_size, config.max_batch_size, recommend,
                                   chunked_prefill_tokens=config.chunked_prefill_tokens)
             self.instances.append(Instance(rm, scheduler, chunk))
+            if config.pooling:
+                scheduler.retrieval = partial(self.retrieval_blocks, self.instances[-1])
         self.rmanagers = peers
         self.num_steps = 0
         self.num_swaps = 0  # DGFM swaps carried out
@@ -75,6 +79,14 @@ class Engine:
 
     def recommend(self, debtor_inst: int, num_blocks: int) -> list[int]:
         return self.gmanager.recommend_creditors(debtor_inst, num_blocks)
+
+    def retrieval_blocks(self, debtor: Instance, room: int) -> int:
+        """How many of `room` free blocks `debtor` spends on bringing offloaded blocks home (retrieval.py)."""
+        creditor_id, held = main_creditor(debtor)
+        if creditor_id is None or room <= 0:
+            return 0
+        return blocks_to_retrieve(self.gmanager.perf_model, debtor, self.instances[creditor_id], room, held,
+                                  self.config.block_size, self.gmanager.config.max_k_evals)
 
     def check_fits(self, seq: Sequence) -> None:
         need = num_blocks_for(seq.num_tokens + seq.max_new_tokens, self.config.block_size)

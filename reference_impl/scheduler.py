@@ -1,8 +1,9 @@
 """Continuous batching on one instance: admit by free rBlocks, prefill or decode, preempt by recompute.
 
 Infinite-llm 5.2 on the instance's side: a creditor short of room reclaims what it lent (kv_moves.py) before
-anything is preempted; a debtor spends room freed by retiring requests on waiting requests first (a larger
-batch adds a token per step, a retrieval only saves a remote query), then on bringing offloaded blocks home.
+anything is preempted; a debtor spends room freed by retiring requests on a larger batch or on bringing
+offloaded blocks home, whichever the perf model says gains more (retrieval.py, given by the Engine); without a
+model (the Ray actors' schedulers) waiting requests come first and retrieval takes the room they leave.
 """
 from collections import deque
 
@@ -24,6 +25,8 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_retrievable = 0  # local blocks freed by retiring requests, to spend on retrieval
+        # room -> blocks to bring home, by the perf model (Engine.retrieval_blocks); None: waiting requests first
+        self.retrieval = None
         self.is_head_blocked = False  # the first waiting request could not be admitted at the last schedule
         self.num_waiting_blocks = 0  # rBlocks the waiting requests need at admission
         self._min_waiting_blocks: int | None = None  # cache of min_waiting_blocks; -1: stale
@@ -161,7 +164,11 @@ class Scheduler:
         if self.recommend is None or not self.rm.num_borrowed:
             self.num_retrievable = 0
             return
-        room = min(self.num_retrievable, self.rm.num_free - self.num_waiting_blocks)
+        if self.retrieval is None:
+            room = min(self.num_retrievable, self.rm.num_free - self.num_waiting_blocks)
+        else:  # decided once per retirement: what the model keeps is room for a larger batch
+            room = self.retrieval(min(self.num_retrievable, self.rm.num_free))
+            self.num_retrievable = room
         if room > 0:
             self.num_retrievable -= self.rm.retrieve(room)
 

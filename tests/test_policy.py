@@ -218,3 +218,40 @@ def test_a_creditor_that_waits_for_others_steps_without_effect():
     debtor.scheduler.running[0].max_new_tokens = len(debtor.scheduler.running[0].output_ids) + 1
     debtor.step(engine.backend)  # the debtor's request ends: the lender holds nothing lent, may borrow again
     assert not lender.scheduler.waits_for_others
+
+
+def _debtor_with_room():
+    """Instance 0 holds request 2 (8 blocks: 4 here, 4 lent by instance 1) and has 4 free blocks that request 1
+    freed when it retired (room it may spend on retrieval)."""
+    engine = Engine(EngineConfig(num_instances=2, blocks_per_instance=8, block_size=4, gmanager_interval_steps=0),
+                    NullBackend())
+    debtor, creditor = engine.instances
+    debtor.scheduler.add(Sequence(1, list(range(16)), 1))  # 4 blocks, retires after its prefill
+    debtor.scheduler.add(Sequence(2, list(range(32)), 50))  # 8 blocks: 4 borrowed
+    engine.heartbeats()  # the gManager's creditor hint needs the instances' state
+    debtor.step(engine.backend)
+    assert debtor.rm.num_borrowed == 4 and debtor.rm.num_free == 4 and debtor.scheduler.num_retrievable == 4
+    return engine, debtor, creditor
+
+
+def test_a_debtor_retrieves_when_that_lets_its_creditor_admit_work():
+    engine, debtor, creditor = _debtor_with_room()
+    creditor.scheduler.add(Sequence(3, list(range(32)), 5))  # 8 blocks: fits the creditor once its room is back
+    assert engine.retrieval_blocks(debtor, 4) == 4
+    debtor.step(engine.backend)  # a decode step: the room goes to retrieval
+    assert debtor.rm.moves and debtor.rm.moves[0].dst_inst == debtor.inst_id
+
+
+def test_a_debtor_keeps_its_room_for_a_larger_batch_when_that_gains_more():
+    engine, debtor, creditor = _debtor_with_room()
+    debtor.scheduler.add(Sequence(3, list(range(16)), 5))  # 4 blocks: fits the debtor's free room
+    assert engine.retrieval_blocks(debtor, 4) == 0
+
+
+def test_a_debtor_leaves_its_blocks_on_an_idle_creditor():
+    """Nothing waits anywhere: bringing blocks home only makes the debtor read more KV itself (Eq. 6), while the
+    idle creditor gains nothing, so the model keeps them there (the old fixed rule would have retrieved)."""
+    engine, debtor, _ = _debtor_with_room()
+    assert engine.retrieval_blocks(debtor, 4) == 0
+    debtor.step(engine.backend)
+    assert not debtor.rm.moves and debtor.scheduler.num_retrievable == 0
