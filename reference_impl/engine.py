@@ -82,8 +82,10 @@ class Engine:
 
     def retrieval_blocks(self, debtor: Instance, room: int) -> int:
         """How many of `room` free blocks `debtor` spends on bringing offloaded blocks home (retrieval.py)."""
+        if room <= 0:
+            return 0
         creditor_id, held = main_creditor(debtor)
-        if creditor_id is None or room <= 0:
+        if creditor_id is None:
             return 0
         return blocks_to_retrieve(self.gmanager.perf_model, debtor, self.instances[creditor_id], room, held,
                                   self.config.block_size, self.gmanager.config.max_k_evals)
@@ -119,10 +121,15 @@ class Engine:
                 and len(i.scheduler.running) < i.scheduler.max_batch_size]
         if not free:
             return []
+        room = self._pooled_room()
+        return [(room(i), i) for i in free]
+
+    def _pooled_room(self):
+        """inst -> rBlocks it could admit now with what creditors lend; every instance's lendable room is read
+        once, so the reader is valid until memory changes."""
         lendable = [i.rm.num_lendable for i in self.instances]
         total_lendable = sum(lendable)
-        return [(i.rm.num_admissible(pooled=True, peers_lendable=total_lendable - lendable[i.inst_id]), i)
-                for i in free]
+        return lambda i: i.rm.num_admissible(pooled=True, peers_lendable=total_lendable - lendable[i.inst_id])
 
     def redispatch(self, inst: Instance, targets: list | None = None) -> Instance | None:
         """Admission against the pool: when `inst` cannot admit its first waiting request now, hand it to the
@@ -151,18 +158,17 @@ class Engine:
             return []
         bs = self.config.block_size
         filled = []
-        lendable = min_need = least = None  # read once: memory does not change in this loop, queues rarely
+        pooled_room = min_need = least = None  # read once: memory does not change in this loop, queues rarely
         for inst in self.instances:
             s = inst.scheduler
             if s.running or (s.waiting and not s.is_head_blocked):
                 continue
-            if lendable is None:
-                lendable = [i.rm.num_lendable for i in self.instances]
-                total_lendable = sum(lendable)
+            if pooled_room is None:
+                pooled_room = self._pooled_room()
                 min_need = [i.scheduler.min_waiting_blocks for i in self.instances]
             if least is None:
                 least = min((n for n in min_need if n is not None), default=-1)
-            room = inst.rm.num_admissible(pooled=True, peers_lendable=total_lendable - lendable[inst.inst_id])
+            room = pooled_room(inst)
             if least < 0 or room < least:
                 continue  # no waiting request fits
             for other in [inst] + [i for i in self.instances if i is not inst and i not in filled]:

@@ -14,7 +14,7 @@ from reference_impl.perf_model import PerfModel, throughput_tok_s
 def _state(inst) -> tuple:
     """(batch, KV blocks here, free blocks, waiting requests, mean waiting blocks, remote queries) of an instance."""
     s, rm = inst.scheduler, inst.rm
-    remote = sum(len(rm.holders(seq.req_id)) - (rm.inst_id in rm.holders(seq.req_id)) for seq in s.running)
+    remote = sum(len(h) - (rm.inst_id in h) for h in (rm.holders(seq.req_id) for seq in s.running))
     return len(s.running), rm.pool.num_used, rm.num_free, len(s.waiting), s.mean_waiting_blocks(), remote
 
 

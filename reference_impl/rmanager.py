@@ -71,7 +71,6 @@ class RManager(KVMoves):
                                             - self._num_remote_reserved))
         return self._lendable
 
-
     @property
     def is_debtor(self) -> bool:
         """Home requests have rBlocks elsewhere, or a move is taking some there."""

@@ -139,8 +139,7 @@ class Scheduler:
             need = num_blocks_for(seq.num_tokens, self.block_size)
             if not self.rm.alloc_prompt(seq.req_id, need, self.recommend):
                 self.is_head_blocked = True
-                if (self.recommend is not None and self.rm.is_creditor and self.rm.exclusive_roles
-                        and need <= self.rm.pool.num_capacity):
+                if self._lends_and_may_not_borrow and need <= self.rm.pool.num_capacity:
                     # a creditor may not borrow: it calls back room it lent when that makes the request fit here
                     # (a bigger one needs borrowing, so a borrower takes it: Engine.fill_idle / redispatch)
                     self.rm.reclaim_lent(need - self.rm.num_free)
@@ -150,15 +149,18 @@ class Scheduler:
         return admitted
 
     @property
+    def _lends_and_may_not_borrow(self) -> bool:
+        return self.recommend is not None and self.rm.exclusive_roles and self.rm.is_creditor
+
+    @property
     def waits_for_others(self) -> bool:
         """A step here can change nothing until another instance acts: nothing runs, and the first waiting request
         was refused and is larger than this instance, while it is a creditor that may not borrow (so it neither
         admits it nor calls room back for it: _admit)."""
-        if self.running or not self.waiting or not self.is_head_blocked or self.recommend is None:
+        if self.running or not self.waiting or not self.is_head_blocked or self.rm.moves:
             return False
-        rm = self.rm
-        return (rm.exclusive_roles and not rm.moves and rm.is_creditor
-                and num_blocks_for(self.waiting[0].num_tokens, self.block_size) > rm.pool.num_capacity)
+        return (self._lends_and_may_not_borrow
+                and num_blocks_for(self.waiting[0].num_tokens, self.block_size) > self.rm.pool.num_capacity)
 
     def _may_retrieve(self) -> None:
         if self.recommend is None or not self.rm.num_borrowed:

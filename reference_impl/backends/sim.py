@@ -184,6 +184,12 @@ class SimState:
         self.busy[inst_id] = True
         return [Step(time_s, inst_id)]
 
+    def handed(self, inst, time_s: float | None) -> list[Step]:
+        """`inst` got a request at the front of its queue (redispatch, fill_idle): record where it waits now and
+        wake the instance (not when `time_s` is None: the caller wakes every instance)."""
+        self.metrics[inst.scheduler.waiting[0].req_id].inst_id = inst.inst_id
+        return [] if time_s is None else self.wake(inst.inst_id, time_s)
+
     def wake_all(self, time_s: float) -> list[Event]:
         """A step for every instance with work, except those whose step could only hand their first request on
         (Scheduler.waits_for_others): one Handoff event after the steps does that for them."""
@@ -195,8 +201,7 @@ class SimState:
             if s.waits_for_others and not self.backend.move_tokens.get(i):
                 parked.append(i)
             else:
-                busy[i] = True
-                steps.append(Step(time_s, i))
+                steps += self.wake(i, time_s)
         return steps + [Handoff(time_s, tuple(parked))] if parked else steps
 
     def advance_to(self, time_s: float) -> None:

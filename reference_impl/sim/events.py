@@ -75,17 +75,13 @@ class Step(Event):
                                self.inst_id))
         target = sim.engine.redispatch(inst)
         if target is not None:
-            sim.metrics[target.scheduler.waiting[0].req_id].inst_id = target.inst_id
-            caused += sim.wake(target.inst_id, self.time_s)
+            caused += sim.handed(target, self.time_s)
         room_freed = finished or sim.result.num_moved_blocks != moved_before
         if room_freed or backend.duration_s is None:  # idle instances may take waiting work
-            filled = sim.engine.fill_idle()
-            for idle in filled:
-                sim.metrics[idle.scheduler.waiting[0].req_id].inst_id = idle.inst_id
+            for idle in sim.engine.fill_idle():
+                caused += sim.handed(idle, None if room_freed else self.time_s)
             if room_freed:
                 caused += sim.wake_all(self.time_s)
-            else:
-                caused += [e for idle in filled for e in sim.wake(idle.inst_id, self.time_s)]
         return caused
 
 
@@ -105,11 +101,9 @@ class Handoff(Event):
             target = engine.redispatch(inst, targets)
             if target is not None:
                 targets = None  # its queue is no longer empty
-                sim.metrics[target.scheduler.waiting[0].req_id].inst_id = target.inst_id
-                caused += sim.wake(target.inst_id, self.time_s)
+                caused += sim.handed(target, self.time_s)
         for idle in engine.fill_idle():
-            sim.metrics[idle.scheduler.waiting[0].req_id].inst_id = idle.inst_id
-            caused += sim.wake(idle.inst_id, self.time_s)
+            caused += sim.handed(idle, self.time_s)
         return caused
 
 
