@@ -53,10 +53,10 @@ def find_cycle(graph: dict[int, dict[int, int]], start_order) -> list[int] | Non
 def count_cycles(graph: dict[int, dict[int, int]], min_blocks: int = 1) -> int:
     """Debt cycles DGFM could cancel now: find a cycle among debts >= min_blocks, cancel its smallest debt (as
     a swap would), repeat until none is left; the count of cancellations (deterministic: nodes in id order)."""
-    g = {d: {c: n for c, n in cs.items() if n >= max(1, min_blocks)} for d, cs in graph.items()}
+    g = _at_least(graph, min_blocks)
     count = 0
     while True:
-        nodes = sorted(set(g) | {c for cs in g.values() for c in cs})
+        nodes = graph_nodes(g)
         cycle = find_cycle(g, nodes)
         if cycle is None:
             return count
@@ -69,12 +69,25 @@ def count_cycles(graph: dict[int, dict[int, int]], min_blocks: int = 1) -> int:
         count += 1
 
 
-def plan_swap(placements: dict[int, dict[int, int]], homes: dict[int, int], min_blocks: int,
+def graph_nodes(graph: dict[int, dict[int, int]]) -> list[int]:
+    return sorted(set(graph) | {c for cs in graph.values() for c in cs})
+
+
+def cancellable_debts(placements: dict[int, dict[int, int]], homes: dict[int, int],
+                      min_blocks: int) -> dict[int, dict[int, int]]:
+    """The debt graph's edges of at least `min_blocks` rBlocks: the debts a swap may cancel."""
+    return _at_least(debt_graph(placements, homes), min_blocks)
+
+
+def _at_least(graph: dict[int, dict[int, int]], min_blocks: int) -> dict[int, dict[int, int]]:
+    return {d: {c: n for c, n in cs.items() if n >= max(1, min_blocks)} for d, cs in graph.items()}
+
+
+def plan_swap(graph: dict[int, dict[int, int]], placements: dict[int, dict[int, int]], homes: dict[int, int],
               rng: np.random.Generator) -> Swap | None:
-    """The swap for one cycle whose every debt is >= min_blocks, starting the search at a random node."""
-    graph = debt_graph(placements, homes)
-    graph = {d: {c: n for c, n in cs.items() if n >= max(1, min_blocks)} for d, cs in graph.items()}
-    nodes = sorted(set(graph) | {c for cs in graph.values() for c in cs})
+    """The swap for one cycle of `graph` (cancellable_debts of `placements`), the search starting at a random
+    node (one `rng.permutation` of the graph's nodes, drawn whenever it has any)."""
+    nodes = graph_nodes(graph)
     if not nodes:
         return None
     cycle = find_cycle(graph, [nodes[i] for i in rng.permutation(len(nodes))])

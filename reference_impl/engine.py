@@ -15,7 +15,7 @@ from reference_impl.gmanager import GManager, GManagerConfig
 from reference_impl.instance import Backend, Instance
 from reference_impl.perf_model import PerfModel
 from reference_impl.retrieval import blocks_to_retrieve, main_creditor
-from reference_impl.rmanager import RManager
+from reference_impl.rmanager import MEMORY_CLOCK, RManager
 from reference_impl.scheduler import Scheduler
 from reference_impl.sequence import Sequence, num_blocks_for
 
@@ -75,6 +75,8 @@ class Engine:
         self.rmanagers = peers
         self.num_steps = 0
         self.num_swaps = 0  # DGFM swaps carried out
+        self._heard: tuple[GManager, dict] | None = None  # (gManager, inst_id -> state at its last heartbeat)
+        self._rooms_at: tuple[int, list[int]] | None = None  # (MEMORY_CLOCK count, pooled room per instance)
         self.finished: list[Sequence] = []
 
     def recommend(self, debtor_inst: int, num_blocks: int) -> list[int]:
@@ -125,11 +127,15 @@ class Engine:
         return [(room(i), i) for i in free]
 
     def _pooled_room(self):
-        """inst -> rBlocks it could admit now with what creditors lend; every instance's lendable room is read
-        once, so the reader is valid until memory changes."""
-        lendable = [i.rm.num_lendable for i in self.instances]
-        total_lendable = sum(lendable)
-        return lambda i: i.rm.num_admissible(pooled=True, peers_lendable=total_lendable - lendable[i.inst_id])
+        """inst -> rBlocks it could admit now with what creditors lend; valid until memory changes (read once
+        per MEMORY_CLOCK count: many events change no memory)."""
+        if self._rooms_at is None or self._rooms_at[0] != MEMORY_CLOCK.now:
+            lendable = [i.rm.num_lendable for i in self.instances]
+            total_lendable = sum(lendable)
+            self._rooms_at = (MEMORY_CLOCK.now, [i.rm.num_admissible(pooled=True, peers_lendable=total_lendable - n)
+                                                 for i, n in zip(self.instances, lendable)])
+        rooms = self._rooms_at[1]
+        return lambda i: rooms[i.inst_id]
 
     def redispatch(self, inst: Instance, targets: list | None = None) -> Instance | None:
         """Admission against the pool: when `inst` cannot admit its first waiting request now, hand it to the
@@ -192,8 +198,17 @@ class Engine:
         return filled
 
     def heartbeats(self, full: bool = False) -> None:
+        """Each rManager's heartbeat; one whose instance did not change since its last (same rManager stamp,
+        same queues) is not sent: the gManager holds that status already and it would carry no entry."""
+        if self._heard is None or self._heard[0] is not self.gmanager:
+            self._heard = (self.gmanager, {})
+        sent = self._heard[1]
         for inst in self.instances:
-            self.gmanager.heartbeat(inst.rm.heartbeat(inst.status(), full=full))
+            s = inst.scheduler
+            state = (inst.rm.version, len(s.running), len(s.waiting), self._num_waiting_blocks(s))
+            if full or sent.get(inst.inst_id) != state:
+                self.gmanager.heartbeat(inst.rm.heartbeat(inst.status(), full=full))
+                sent[inst.inst_id] = state
 
     def restart_gmanager(self) -> None:
         """A fresh gManager (failover): the rManagers send their full state."""

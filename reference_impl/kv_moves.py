@@ -19,6 +19,7 @@ class KVMove:
     dst_inst: int
     num_blocks: int  # still to move
     src_inst: int = ANY_REMOTE  # where the blocks come from; set by move_kvcache
+    cursor: int = 0  # no block before this table index is movable (set_block lowers it when one becomes so)
 
 
 class KVMoves:
@@ -31,19 +32,19 @@ class KVMoves:
     @moves.setter
     def moves(self, moves) -> None:
         self._moves = list(moves)
-        self._lendable = None
+        self._dirty()
         self._moves_by_req: dict[int, list[KVMove]] = {}
         for m in self._moves:
             self._moves_by_req.setdefault(m.req_id, []).append(m)
 
     def _add_move(self, move: KVMove) -> None:
         self._moves.append(move)
-        self._lendable = None
+        self._dirty()
         self._moves_by_req.setdefault(move.req_id, []).append(move)
 
     def _drop_move(self, move: KVMove) -> None:
         self._moves.remove(move)
-        self._lendable = None
+        self._dirty()
         same = self._moves_by_req[move.req_id]
         same.remove(move)
         if not same:
@@ -78,11 +79,32 @@ class KVMoves:
             return len(self.tables[req_id]) - holders.get(self.inst_id, 0)
         return holders.get(src_inst, 0)
 
-    def _iter_movable(self, move: KVMove):
-        table = self.tables[move.req_id]
+    def _takes_from(self, move: KVMove, inst_id: int) -> bool:
+        """A block on `inst_id` is one `move` may take."""
         if move.src_inst == ANY_REMOTE:
-            return (i for i, b in enumerate(table) if b.inst_id != self.inst_id and b.inst_id != move.dst_inst)
-        return (i for i, b in enumerate(table) if b.inst_id == move.src_inst)
+            return inst_id != self.inst_id and inst_id != move.dst_inst
+        return inst_id == move.src_inst
+
+    def _next_movable(self, move: KVMove, moved: set) -> int | None:
+        """The first table index `move` may take that no move took in this chunk (`moved`). Scans from the
+        move's cursor, so a long move costs O(1) a block, not O(table)."""
+        table, skipped = self.tables[move.req_id], None
+        for i in range(move.cursor, len(table)):
+            if not self._takes_from(move, table[i].inst_id):
+                continue
+            if (move.req_id, i) in moved:  # movable again only in the next chunk
+                skipped = i if skipped is None else skipped
+                continue
+            move.cursor = i + 1 if skipped is None else skipped
+            return i
+        move.cursor = len(table) if skipped is None else skipped
+        return None
+
+    def _block_placed(self, req_id: int, index: int, inst_id: int) -> None:
+        """set_block put logical block `index` of `req_id` on `inst_id`: moves that may take it scan from there."""
+        for move in self._moves_by_req.get(req_id, ()):
+            if index < move.cursor and self._takes_from(move, inst_id):
+                move.cursor = index
 
     def advance_moves(self, copy_blocks, max_blocks: int) -> int:
         """Move up to `max_blocks` blocks of the pending moves (one chunk); returns the number moved."""
@@ -90,13 +112,11 @@ class KVMoves:
         pairs = []
         moved = set()  # (req_id, index): a block moves at most once per chunk, so copies never chain
         for move in list(self.moves):
-            # lazily: a chunk takes a few blocks of a long table (per-step cost must not grow with the table)
-            candidates = (i for i in self._iter_movable(move) if (move.req_id, i) not in moved) if budget else None
             while budget and move.num_blocks:
                 if not self.peers[move.dst_inst].num_reserved_for(move.req_id):
                     move.num_blocks = 0  # the destination reclaimed the room: the move ends here
                     break
-                index = next(candidates, None)
+                index = self._next_movable(move, moved)
                 if index is None:
                     break
                 moved.add((move.req_id, index))

@@ -17,7 +17,20 @@ from reference_impl.rblock import BlockPool, RBlock
 CopyBlocks = Callable[[list[tuple[RBlock, RBlock]]], None]  # reads every source, then writes every destination
 Recommend = Callable[[int, int], list[int]]  # (debtor inst, num_blocks) -> creditor candidates
 
-__all__ = ["CopyBlocks", "KVMove", "RManager", "Recommend"]
+__all__ = ["CopyBlocks", "KVMove", "MEMORY_CLOCK", "RManager", "Recommend"]
+
+
+class Clock:
+    """Counts rManager changes (blocks, reservations, counts, moves, entries), process-wide: whatever a reader
+    derived from rManager state when the count was `now` stays valid while it still is."""
+
+    __slots__ = ("now",)
+
+    def __init__(self):
+        self.now = 0
+
+
+MEMORY_CLOCK = Clock()
 
 
 class RManager(KVMoves):
@@ -36,6 +49,8 @@ class RManager(KVMoves):
         self._remote_reserved_ids: set[int] = set()  # reservations for remote requests (lent room)
         self._num_reserved = self._num_remote_reserved = 0
         self._lendable: int | None = None  # num_lendable's cache
+        self._peers_lendable_at = (-1, 0)  # (MEMORY_CLOCK count, what the peers may lend then)
+        self.version = 0  # changes of this rManager (a hot path: counted inline, as is MEMORY_CLOCK)
         self.moves: list[KVMove] = []
         self.frozen: set[int] = set()
         self.peers = {} if peers is None else peers
@@ -85,6 +100,11 @@ class RManager(KVMoves):
     def can_borrow(self) -> bool:
         return not (self.exclusive_roles and self.is_creditor)
 
+    def _dirty(self) -> None:
+        self._lendable = None
+        self.version += 1
+        MEMORY_CLOCK.now += 1
+
     def _remote_reserved(self) -> int:
         return self._num_remote_reserved
 
@@ -93,7 +113,7 @@ class RManager(KVMoves):
         if req_id not in self.reserved and req_id not in self.tables:
             self._remote_reserved_ids.add(req_id)
         left = self.reserved.get(req_id, 0) + num_blocks
-        self._lendable = None
+        self._dirty()
         self._num_reserved += num_blocks
         if req_id in self._remote_reserved_ids:
             self._num_remote_reserved += num_blocks
@@ -134,6 +154,7 @@ class RManager(KVMoves):
         return hb
 
     def _touch(self, req_id: int) -> None:
+        self._dirty()
         self._changed.add(req_id)
         if req_id in self.tables or self.hosted.get(req_id, 0):
             self._removed.discard(req_id)
@@ -143,7 +164,6 @@ class RManager(KVMoves):
     # --- physical side
     def _alloc(self, req_id: int) -> RBlock:
         device, address = self.pool.alloc(req_id)
-        self._lendable = None
         self.hosted[req_id] = self.hosted.get(req_id, 0) + 1
         self._touch(req_id)
         return RBlock(next(self.peers[self._home(req_id)]._ids), self.inst_id, device, address)
@@ -162,7 +182,6 @@ class RManager(KVMoves):
 
     def release(self, block: RBlock) -> None:
         req_id = self.pool.free(block.device, block.address)
-        self._lendable = None
         self.hosted[req_id] -= 1
         if not self.hosted[req_id]:
             del self.hosted[req_id]
@@ -203,7 +222,7 @@ class RManager(KVMoves):
         self._count_totals(inst_id, n)
 
     def _count_totals(self, inst_id: int, n: int) -> None:
-        self._lendable = None
+        self._dirty()
         if inst_id != self.inst_id:
             self.num_borrowed += n
         else:
@@ -219,6 +238,7 @@ class RManager(KVMoves):
         self._count(req_id, table[index].inst_id, -1)
         table[index] = block
         self._count(req_id, block.inst_id, 1)
+        self._block_placed(req_id, index, block.inst_id)
 
     def append_block(self, req_id: int, recommend: Recommend | None = None) -> RBlock | None:
         """A new tail rBlock: local if there is room, else on the remote tail's instance, else on a
@@ -263,7 +283,10 @@ class RManager(KVMoves):
         if not (pooled and self.can_borrow):
             return here
         if peers_lendable is None:
-            peers_lendable = sum(p.num_lendable for i, p in self.peers.items() if i != self.inst_id)
+            if self._peers_lendable_at[0] != MEMORY_CLOCK.now:  # (admission is retried every step)
+                self._peers_lendable_at = (MEMORY_CLOCK.now, sum(p.num_lendable for i, p in self.peers.items()
+                                                                 if i != self.inst_id))
+            peers_lendable = self._peers_lendable_at[1]
         return here + peers_lendable
 
     def can_admit(self, num_blocks: int, pooled: bool) -> bool:

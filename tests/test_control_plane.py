@@ -84,6 +84,19 @@ def check_invariants(rms, exclusive_roles=True):
     ids = [b.rblock_id for rm in rms for t in rm.tables.values() for b in t]
     assert len(ids) == len(set(ids))
     check_reservations(rms)
+    check_move_cursors(rms)
+
+
+def check_move_cursors(rms):
+    """A move scans its request's table from its cursor: no block before it is one the move may take."""
+    for rm in rms:
+        for m in rm.moves:
+            table = rm.tables[m.req_id]
+            before = [b.inst_id for b in table[:m.cursor]]
+            if m.src_inst == -1:  # a recall: any block not at home
+                assert all(i in (rm.inst_id, m.dst_inst) for i in before), "a recall's cursor skips a remote block"
+            else:
+                assert m.src_inst not in before, "a move's cursor skips a block on its source"
 
 
 def check_reservations(rms):
@@ -184,7 +197,11 @@ def test_random_protocol_keeps_invariants(ops, blocks, cap, seed, exclusive_role
         elif op == "round":
             send_heartbeats(rms, gm)
             homes = gm.homes()
-            for move in gm.run_round():
+            fresh = GManager(gm.config)  # no memo: the round computed from the same map
+            fresh.entries, fresh.status, fresh.frozen = dict(gm.entries), dict(gm.status), set(gm.frozen)
+            planned = gm.run_round()
+            assert planned == fresh.run_round()
+            for move in planned:
                 rms[homes[move.req_id]].move_kvcache(move.req_id, move.num_blocks, move.dst_inst)
         elif op == "dgfm":
             send_heartbeats(rms, gm)
@@ -244,4 +261,23 @@ def test_recall_and_move_out_in_one_chunk_do_not_chain_copies():
     while rms[0].moves:
         rms[0].advance_moves(kv.copy, 4)
     kv.check_and_write(rms)
+    check_invariants(rms)
+
+
+def test_a_block_put_back_on_a_moves_source_is_taken_first():
+    """A move takes its request's blocks in table order; one put back on its source behind the move's scan
+    (a swap, a recall) is the next it takes."""
+    rms, gm = make_cluster([8, 8, 8], cap=8)
+    home = rms[0]
+    assert home.alloc_prompt(7, 6, gm.recommend_creditors)
+    assert home.move_kvcache(7, 4, 2)
+    for _ in range(2):
+        home.advance_moves(no_copy, 1)
+    assert [b.inst_id for b in home.tables[7]] == [2, 2, 0, 0, 0, 0]
+    back = home.alloc_for_swap(7)  # logical block 0 comes home
+    rms[2].release(home.tables[7][0])
+    home.set_block(7, 0, back)
+    check_move_cursors(rms)
+    home.advance_moves(no_copy, 1)
+    assert [b.inst_id for b in home.tables[7]] == [2, 2, 0, 0, 0, 0]
     check_invariants(rms)

@@ -31,6 +31,7 @@ KV fit the cluster's free rBlocks.
 from reference_impl.engine import Engine, EngineConfig
 from reference_impl.gmanager import GManagerConfig
 from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
+from reference_impl.rmanager import MEMORY_CLOCK
 from reference_impl.sequence import Sequence, num_blocks_for
 from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
 from reference_impl.sim.events import Arrival, Event, GManagerRound, Handoff, PromptIds, Step, run_events
@@ -173,6 +174,7 @@ class SimState:
         self.start_s: float | None = None
         self.last_s = 0.0
         self.num_idle_waiting = 0  # instances running no step while a waiting request fits the free rBlocks
+        self._free_at = (-1, 0)  # (MEMORY_CLOCK count, free rBlocks of the cluster)
         self.idle_waiting_inst_s = 0.0
         # rounds on an empty cluster may be counted instead of run (events.GManagerRound) unless a callback
         # watches every round or event
@@ -225,7 +227,11 @@ class SimState:
         """Some waiting request's KV (its tokens so far) fits the cluster's free rBlocks."""
         instances = self.engine.instances
         need = min((n for i in instances if (n := i.scheduler.min_waiting_blocks) is not None), default=None)
-        return need is not None and need <= sum(i.rm.num_free for i in instances)
+        if need is None:
+            return False
+        if self._free_at[0] != MEMORY_CLOCK.now:
+            self._free_at = (MEMORY_CLOCK.now, sum(i.rm.num_free for i in instances))
+        return need <= self._free_at[1]
 
     def idle_waiting_frac(self) -> float:
         span_s = self.last_s - (self.start_s or 0.0)

@@ -1,0 +1,60 @@
+"""The engine's shortcuts are exact: a heartbeat left unsent, a memoized round, and reads cached while
+MEMORY_CLOCK stands give what computing afresh gives, at every round of a run with moves and parked work."""
+from reference_impl.backends.sim import simulate
+from reference_impl.engine import Engine
+from reference_impl.gmanager import GManager
+from reference_impl.sim.metrics import FINISHED
+from reference_impl.sim.systems import cluster
+from workloads.request import Request
+
+
+def test_the_gmanager_and_the_cached_reads_match_a_fresh_look(monkeypatch):
+    seen = {"rounds": 0, "heartbeats": 0, "instances": 0}
+    heartbeats, heartbeat = Engine.heartbeats, GManager.heartbeat
+
+    def counted_heartbeat(gm, hb):
+        seen["heartbeats"] += 1
+        heartbeat(gm, hb)
+
+    def checked_heartbeats(engine, full=False):
+        heartbeats(engine, full)
+        gm, instances = engine.gmanager, engine.instances
+        assert all(gm.status[i.inst_id] == i.status() for i in instances)
+        assert gm.entries == {(e.req_id, e.inst_id): e for i in instances for e in i.rm.entries()}
+        lendable = [i.rm.num_lendable for i in instances]
+        room = engine._pooled_room()
+        for i in instances:
+            fresh = i.rm.num_admissible(True, sum(lendable) - lendable[i.inst_id])
+            assert room(i) == fresh == i.rm.num_admissible(True)
+        seen["rounds"] += 1
+        seen["instances"] += len(instances)
+
+    monkeypatch.setattr(Engine, "heartbeats", checked_heartbeats)
+    monkeypatch.setattr(GManager, "heartbeat", counted_heartbeat)
+    base = cluster("llama2-7b", "A100-80GB-SXM", 4)
+    requests = [Request(i, 0.5 * i, 150_000 if i % 2 else 30_000, 40, f"r{i}") for i in range(12)]
+    result = simulate(base, requests)
+    assert [r.status for r in result.requests] == [FINISHED] * len(requests)
+    assert result.num_moved_blocks > 0 and seen["rounds"] > 10
+    assert seen["heartbeats"] < seen["instances"]  # some were left unsent: the check above covered them
+
+
+def test_a_memoized_round_plans_what_a_fresh_gmanager_plans(monkeypatch):
+    run_round = GManager.run_round
+    memo_hits = []
+
+    def checked_round(gm):
+        hit = gm._round_at is not None and gm._round_at[0] == gm.version
+        fresh = GManager(gm.config, gm.perf_model)
+        fresh.entries, fresh.status, fresh.frozen = dict(gm.entries), dict(gm.status), set(gm.frozen)
+        planned = run_round(gm)
+        assert planned == run_round(fresh)
+        memo_hits.append(hit)
+        return planned
+
+    monkeypatch.setattr(GManager, "run_round", checked_round)
+    base = cluster("llama2-7b", "A100-80GB-SXM", 4)
+    requests = [Request(i, 3.0 * i, 40_000 if i % 3 else 120_000, 300, f"r{i}") for i in range(6)]
+    result = simulate(base, requests)
+    assert all(r.status == FINISHED for r in result.requests)
+    assert any(memo_hits) and not all(memo_hits)
