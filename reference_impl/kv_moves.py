@@ -121,7 +121,7 @@ class KVMoves:
                     break
                 moved.add((move.req_id, index))
                 src = self.tables[move.req_id][index]
-                dst = self.peers[move.dst_inst].take_reserved(move.req_id)
+                dst = self.peers[move.dst_inst].take_reserved(move.req_id)[0]
                 pairs.append((src, dst))
                 self.set_block(move.req_id, index, dst)
                 move.num_blocks -= 1

@@ -67,7 +67,8 @@ class RManager(KVMoves):
 
     @property
     def num_free(self) -> int:
-        return self.pool.num_free - self.num_reserved
+        pool = self.pool
+        return pool.num_capacity - len(pool.owner) - self._num_reserved
 
     @property
     def num_lent(self) -> int:
@@ -94,7 +95,7 @@ class RManager(KVMoves):
     @property
     def is_creditor(self) -> bool:
         """Remote requests have rBlocks here, or room here is promised to one."""
-        return self.num_lent > 0 or self._remote_reserved() > 0
+        return len(self.pool.owner) > self.num_home_here or self._num_remote_reserved > 0  # lent, or promised
 
     @property
     def can_borrow(self) -> bool:
@@ -163,10 +164,18 @@ class RManager(KVMoves):
 
     # --- physical side
     def _alloc(self, req_id: int) -> RBlock:
-        device, address = self.pool.alloc(req_id)
-        self.hosted[req_id] = self.hosted.get(req_id, 0) + 1
+        return self._alloc_run(req_id, 1)[0]
+
+    def _alloc_run(self, req_id: int, num_blocks: int) -> list[RBlock]:
+        """`num_blocks` physical blocks here for `req_id`, ids from its home's counter (a prompt's run at once)."""
+        self.hosted[req_id] = self.hosted.get(req_id, 0) + num_blocks
         self._touch(req_id)
-        return RBlock(next(self.peers[self._home(req_id)]._ids), self.inst_id, device, address)
+        ids, pool = self.peers[self._home(req_id)]._ids, self.pool
+        blocks = []
+        for _ in range(num_blocks):
+            device, address = pool.alloc(req_id)
+            blocks.append(RBlock(next(ids), self.inst_id, device, address))
+        return blocks
 
     def _home(self, req_id: int) -> int:
         if req_id in self.tables:
@@ -196,9 +205,9 @@ class RManager(KVMoves):
         self._reserve(req_id, num_blocks)
         return True
 
-    def take_reserved(self, req_id: int) -> RBlock:
-        self._reserve(req_id, -1)
-        return self._alloc(req_id)
+    def take_reserved(self, req_id: int, num_blocks: int = 1) -> list[RBlock]:
+        self._reserve(req_id, -num_blocks)
+        return self._alloc_run(req_id, num_blocks)
 
     def num_reserved_for(self, req_id: int) -> int:
         return self.reserved.get(req_id, 0)
@@ -228,9 +237,10 @@ class RManager(KVMoves):
         else:
             self.num_home_here += n
 
-    def _append(self, req_id: int, block: RBlock) -> None:
-        self.tables[req_id].append(block)
-        self._count(req_id, block.inst_id, 1)
+    def _append(self, req_id: int, blocks: list[RBlock]) -> None:
+        """Blocks of one instance at the end of `req_id`'s table."""
+        self.tables[req_id].extend(blocks)
+        self._count(req_id, blocks[0].inst_id, len(blocks))
 
     def set_block(self, req_id: int, index: int, block: RBlock) -> None:
         """Point logical block `index` of home request `req_id` at `block` (after its KV was copied there)."""
@@ -250,7 +260,7 @@ class RManager(KVMoves):
         else:
             block = self._borrow(req_id, recommend)
         if block is not None:
-            self._append(req_id, block)
+            self._append(req_id, [block])
         return block
 
     def _creditors(self, num_blocks: int, recommend: Recommend, exclude: tuple[int, ...] = (), *,
@@ -272,7 +282,7 @@ class RManager(KVMoves):
         tail = [table[-1].inst_id] if table and table[-1].inst_id != self.inst_id else []
         for inst_id in tail + self._creditors(1, recommend, tuple(tail)):
             if self.peers[inst_id].try_move_kvcache(req_id, 1):
-                return self.peers[inst_id].take_reserved(req_id)
+                return self.peers[inst_id].take_reserved(req_id)[0]
         return None
 
     def num_admissible(self, pooled: bool, peers_lendable: int | None = None) -> int:
@@ -302,7 +312,7 @@ class RManager(KVMoves):
         while len(self.tables[req_id]) < num_blocks:
             missing = num_blocks - len(self.tables[req_id])
             if self.num_free > 0:
-                self._append(req_id, self._alloc(req_id))
+                self._append(req_id, self._alloc_run(req_id, min(missing, self.num_free)))
                 continue
             got = self._borrow_run(req_id, missing, recommend, must_spill=num_blocks > self.pool.num_capacity)
             if not got:
@@ -319,8 +329,7 @@ class RManager(KVMoves):
             rm = self.peers[inst_id]
             size = min(missing, rm.num_lendable)
             if size > 0 and rm.try_move_kvcache(req_id, size):
-                for _ in range(size):
-                    self._append(req_id, rm.take_reserved(req_id))
+                self._append(req_id, rm.take_reserved(req_id, size))
                 return size
         return 0
 

@@ -22,6 +22,10 @@ class Sequence:
     prefill_left: int = 0  # chunked prefill: prompt tokens whose KV is still to compute
     chunk_tokens: int = 0  # chunked prefill: prompt tokens of this step (0: a decode step)
     logits: list = field(default_factory=list)  # per generated token, when recorded
+    num_prompt_tokens: int = field(init=False, default=0)  # len(prompt_ids), read once (a hot path)
+
+    def __post_init__(self):
+        self.num_prompt_tokens = len(self.prompt_ids)
 
     @property
     def token_ids(self) -> list[int]:
@@ -29,7 +33,7 @@ class Sequence:
 
     @property
     def num_tokens(self) -> int:
-        return len(self.prompt_ids) + len(self.output_ids)
+        return self.num_prompt_tokens + len(self.output_ids)
 
     @property
     def is_finished(self) -> bool:

@@ -121,8 +121,8 @@ class InstanceActor:
     def try_move_kvcache(self, req_id: int, num_blocks: int) -> bool:
         return self.loop.rm.try_move_kvcache(req_id, num_blocks)
 
-    def take_reserved(self, req_id: int) -> RBlock:
-        return self.loop.rm.take_reserved(req_id)
+    def take_reserved(self, req_id: int, num_blocks: int = 1) -> list[RBlock]:
+        return self.loop.rm.take_reserved(req_id, num_blocks)
 
     def peer_move_kvcache(self, req_id: int, num_blocks: int, dst_inst: int, src_inst: int | None) -> bool:
         """A creditor reclaiming what it lent asks the home to move it (infinite-llm 5.2)."""

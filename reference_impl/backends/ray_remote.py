@@ -97,8 +97,8 @@ class RemoteRManager:
     def set_block(self, req_id: int, index: int, block: RBlock) -> None:
         ray.get(self.handle.set_table_entry.remote(req_id, index, block))
 
-    def take_reserved(self, req_id: int) -> RBlock:
-        return ray.get(self.handle.take_reserved.remote(req_id))
+    def take_reserved(self, req_id: int, num_blocks: int = 1) -> list[RBlock]:
+        return ray.get(self.handle.take_reserved.remote(req_id, num_blocks))
 
     def alloc_for_swap(self, req_id: int) -> RBlock:
         return ray.get(self.handle.alloc_for_swap.remote(req_id))
