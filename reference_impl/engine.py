@@ -16,7 +16,7 @@ from reference_impl.instance import Backend, Instance
 from reference_impl.perf_model import PerfModel
 from reference_impl.retrieval import blocks_to_retrieve, main_creditor
 from reference_impl.rmanager import MEMORY_CLOCK, RManager
-from reference_impl.scheduler import Scheduler
+from reference_impl.scheduler import QUEUE_CLOCK, Scheduler
 from reference_impl.sequence import Sequence, num_blocks_for
 
 
@@ -76,7 +76,9 @@ class Engine:
         self.num_steps = 0
         self.num_swaps = 0  # DGFM swaps carried out
         self._heard: tuple[GManager, dict] | None = None  # (gManager, inst_id -> state at its last heartbeat)
-        self._rooms_at: tuple[int, list[int]] | None = None  # (MEMORY_CLOCK count, pooled room per instance)
+        # (MEMORY_CLOCK count, lendable room of the cluster, of each instance, pooled room of those asked)
+        self._rooms_at: tuple[int, int, list[int], dict[int, int]] | None = None
+        self._none_to_fill_at: tuple[int, int] | None = None  # (MEMORY_CLOCK, QUEUE_CLOCK) of an empty fill_idle
         self.finished: list[Sequence] = []
 
     def recommend(self, debtor_inst: int, num_blocks: int) -> list[int]:
@@ -131,11 +133,14 @@ class Engine:
         per MEMORY_CLOCK count: many events change no memory)."""
         if self._rooms_at is None or self._rooms_at[0] != MEMORY_CLOCK.now:
             lendable = [i.rm.num_lendable for i in self.instances]
-            total_lendable = sum(lendable)
-            self._rooms_at = (MEMORY_CLOCK.now, [i.rm.num_admissible(pooled=True, peers_lendable=total_lendable - n)
-                                                 for i, n in zip(self.instances, lendable)])
-        rooms = self._rooms_at[1]
-        return lambda i: rooms[i.inst_id]
+            self._rooms_at = (MEMORY_CLOCK.now, sum(lendable), lendable, {})
+        _, total_lendable, lendable, rooms = self._rooms_at
+
+        def room(inst: Instance) -> int:
+            if inst.inst_id not in rooms:
+                rooms[inst.inst_id] = inst.rm.num_admissible(True, total_lendable - lendable[inst.inst_id])
+            return rooms[inst.inst_id]
+        return room
 
     def redispatch(self, inst: Instance, targets: list | None = None) -> Instance | None:
         """Admission against the pool: when `inst` cannot admit its first waiting request now, hand it to the
@@ -162,6 +167,9 @@ class Engine:
             return []
         if not any(inst.scheduler.waiting for inst in self.instances):
             return []
+        clocks = (MEMORY_CLOCK.now, QUEUE_CLOCK.now)
+        if self._none_to_fill_at == clocks:
+            return []  # nothing changed since a call that found nothing
         bs = self.config.block_size
         filled = []
         pooled_room = min_need = least = None  # read once: memory does not change in this loop, queues rarely
@@ -195,6 +203,8 @@ class Engine:
                     min_need[changed.inst_id] = changed.scheduler.min_waiting_blocks
                 least = None
                 break
+        if not filled:
+            self._none_to_fill_at = clocks
         return filled
 
     def heartbeats(self, full: bool = False) -> None:

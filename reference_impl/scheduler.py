@@ -7,8 +7,13 @@ model (the Ray actors' schedulers) waiting requests come first and retrieval tak
 """
 from collections import deque
 
-from reference_impl.rmanager import Recommend, RManager
+from reference_impl.rmanager import Clock, Recommend, RManager
 from reference_impl.sequence import Sequence, Status, num_blocks_for
+
+
+# counts changes of any scheduler's queues (waiting and running requests, a blocked head), process-wide:
+# what was derived from them (Engine.fill_idle's outcome) holds while the count has not moved
+QUEUE_CLOCK = Clock()
 
 
 class Scheduler:
@@ -27,7 +32,7 @@ class Scheduler:
         self.num_retrievable = 0  # local blocks freed by retiring requests, to spend on retrieval
         # room -> blocks to bring home, by the perf model (Engine.retrieval_blocks); None: waiting requests first
         self.retrieval = None
-        self.is_head_blocked = False  # the first waiting request could not be admitted at the last schedule
+        self._head_blocked = False
         self.num_waiting_blocks = 0  # rBlocks the waiting requests need at admission
         self._min_waiting_blocks: int | None = None  # cache of min_waiting_blocks; -1: stale
 
@@ -39,7 +44,19 @@ class Scheduler:
         self.waiting.appendleft(seq)
         self._added(seq)
 
+    @property
+    def is_head_blocked(self) -> bool:
+        """The first waiting request could not be admitted at the last schedule."""
+        return self._head_blocked
+
+    @is_head_blocked.setter
+    def is_head_blocked(self, blocked: bool) -> None:
+        if blocked != self._head_blocked:
+            self._head_blocked = blocked
+            QUEUE_CLOCK.now += 1
+
     def _added(self, seq: Sequence) -> None:
+        QUEUE_CLOCK.now += 1
         need = num_blocks_for(seq.num_tokens, self.block_size)
         self.num_waiting_blocks += need
         if self._min_waiting_blocks is None or (self._min_waiting_blocks >= 0 and need < self._min_waiting_blocks):
@@ -48,6 +65,7 @@ class Scheduler:
     def take_waiting(self, index: int = 0) -> Sequence:
         seq = self.waiting[index]
         del self.waiting[index]
+        QUEUE_CLOCK.now += 1
         need = num_blocks_for(seq.num_tokens, self.block_size)
         self.num_waiting_blocks -= need
         if not self.waiting:
@@ -82,11 +100,11 @@ class Scheduler:
         if self.chunked_prefill_tokens is not None:
             for seq in admitted:
                 seq.prefill_left = seq.num_tokens
-            self.running.extend(admitted)
+            self._run(admitted)
             self._may_retrieve()
             return self._decode([s for s in self.running if not s.prefill_left]) + self._prefill_chunks(), False
         if admitted:
-            self.running.extend(admitted)
+            self._run(admitted)
             return admitted, True
         self._may_retrieve()
         return self._decode(list(self.running)), False
@@ -132,13 +150,12 @@ class Scheduler:
                    for s in self.running)
 
     def _admit(self) -> list[Sequence]:
-        admitted = []
-        self.is_head_blocked = False
+        admitted, blocked = [], False
         while self.waiting and len(self.running) + len(admitted) < self.max_batch_size:
             seq = self.waiting[0]
             need = num_blocks_for(seq.num_tokens, self.block_size)
             if not self.rm.alloc_prompt(seq.req_id, need, self.recommend):
-                self.is_head_blocked = True
+                blocked = True
                 if self._lends_and_may_not_borrow and need <= self.rm.pool.num_capacity:
                     # a creditor may not borrow: it calls back room it lent when that makes the request fit here
                     # (a bigger one needs borrowing, so a borrower takes it: Engine.fill_idle / redispatch)
@@ -146,6 +163,7 @@ class Scheduler:
                 break
             seq.status = Status.RUNNING
             admitted.append(self.take_waiting())
+        self.is_head_blocked = blocked  # (set once: a blocked head that stays blocked is no queue change)
         return admitted
 
     @property
@@ -174,8 +192,16 @@ class Scheduler:
         if room > 0:
             self.num_retrievable -= self.rm.retrieve(room)
 
-    def preempt(self, seq: Sequence) -> None:
+    def _run(self, seqs: list[Sequence]) -> None:
+        self.running.extend(seqs)
+        QUEUE_CLOCK.now += 1
+
+    def remove_running(self, seq: Sequence) -> None:
         self.running.remove(seq)
+        QUEUE_CLOCK.now += 1
+
+    def preempt(self, seq: Sequence) -> None:
+        self.remove_running(seq)
         self.rm.free_request(seq.req_id)
         seq.status = Status.WAITING
         seq.prefill_left = seq.chunk_tokens = 0
@@ -194,6 +220,6 @@ class Scheduler:
                 self.num_retrievable += seq.placement.get(self.rm.inst_id, 0)
                 seq.status = Status.FINISHED
                 self.rm.free_request(seq.req_id)
-                self.running.remove(seq)
+                self.remove_running(seq)
                 finished.append(seq)
         return finished

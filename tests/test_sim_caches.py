@@ -58,3 +58,36 @@ def test_a_memoized_round_plans_what_a_fresh_gmanager_plans(monkeypatch):
     result = simulate(base, requests)
     assert all(r.status == FINISHED for r in result.requests)
     assert any(memo_hits) and not all(memo_hits)
+
+
+def test_fill_idle_and_handoff_that_found_nothing_find_nothing_while_no_clock_moves(monkeypatch):
+    """Engine.fill_idle and events.Handoff skip their work when memory and queues did not change since they
+    last found nothing to do: doing it anyway finds nothing again."""
+    from reference_impl.rmanager import MEMORY_CLOCK
+    from reference_impl.scheduler import QUEUE_CLOCK
+    from reference_impl.sim import events
+
+    hits = {"fill_idle": 0, "handoff": 0}
+    fill_idle, handoff = Engine.fill_idle, events.Handoff.handle
+
+    def checked_fill_idle(engine):
+        if engine._none_to_fill_at == (MEMORY_CLOCK.now, QUEUE_CLOCK.now):
+            engine._none_to_fill_at = None
+            hits["fill_idle"] += 1
+            assert fill_idle(engine) == []
+        return fill_idle(engine)
+
+    def checked_handoff(event, sim):
+        if sim.quiet_handoff == (MEMORY_CLOCK.now, QUEUE_CLOCK.now, event.inst_ids):
+            sim.quiet_handoff = None
+            hits["handoff"] += 1
+            assert handoff(event, sim) == []
+        return handoff(event, sim)
+
+    monkeypatch.setattr(Engine, "fill_idle", checked_fill_idle)
+    monkeypatch.setattr(events.Handoff, "handle", checked_handoff)
+    base = cluster("llama2-7b", "A100-80GB-SXM", 4)
+    requests = [Request(i, 0.5 * i, 150_000 if i % 2 else 30_000, 40, f"r{i}") for i in range(12)]
+    result = simulate(base, requests)
+    assert [r.status for r in result.requests] == [FINISHED] * len(requests)
+    assert hits["fill_idle"] > 0 and hits["handoff"] > 0

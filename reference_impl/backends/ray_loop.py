@@ -179,7 +179,8 @@ class InstanceLoop:
             elif kind == "abort":
                 s = self.scheduler
                 s.remove_waiting(msg)
-                s.running = [q for q in s.running if q.req_id != msg]
+                for q in [q for q in s.running if q.req_id == msg]:
+                    s.remove_running(q)
                 self.rm.free_request(msg)
             elif kind == "move":
                 accepted = self.rm.move_kvcache(msg.req_id, msg.num_blocks, msg.dst_inst)

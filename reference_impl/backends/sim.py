@@ -32,6 +32,7 @@ from reference_impl.engine import Engine, EngineConfig
 from reference_impl.gmanager import GManagerConfig
 from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.rmanager import MEMORY_CLOCK
+from reference_impl.scheduler import QUEUE_CLOCK
 from reference_impl.sequence import Sequence, num_blocks_for
 from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
 from reference_impl.sim.events import Arrival, Event, GManagerRound, Handoff, PromptIds, Step, run_events
@@ -175,6 +176,8 @@ class SimState:
         self.last_s = 0.0
         self.num_idle_waiting = 0  # instances running no step while a waiting request fits the free rBlocks
         self._free_at = (-1, 0)  # (MEMORY_CLOCK count, free rBlocks of the cluster)
+        self._need_at = (-1, None)  # (QUEUE_CLOCK count, fewest rBlocks a waiting request needs)
+        self.quiet_handoff = None  # (MEMORY_CLOCK, QUEUE_CLOCK, instances) of a Handoff that did nothing
         self.idle_waiting_inst_s = 0.0
         # rounds on an empty cluster may be counted instead of run (events.GManagerRound) unless a callback
         # watches every round or event
@@ -226,7 +229,10 @@ class SimState:
     def waiting_fits(self) -> bool:
         """Some waiting request's KV (its tokens so far) fits the cluster's free rBlocks."""
         instances = self.engine.instances
-        need = min((n for i in instances if (n := i.scheduler.min_waiting_blocks) is not None), default=None)
+        if self._need_at[0] != QUEUE_CLOCK.now:
+            self._need_at = (QUEUE_CLOCK.now, min((n for i in instances if (n := i.scheduler.min_waiting_blocks)
+                                                   is not None), default=None))
+        need = self._need_at[1]
         if need is None:
             return False
         if self._free_at[0] != MEMORY_CLOCK.now:

@@ -5,6 +5,8 @@ import itertools
 from dataclasses import dataclass
 
 from reference_impl.errors import InputError
+from reference_impl.rmanager import MEMORY_CLOCK
+from reference_impl.scheduler import QUEUE_CLOCK
 from reference_impl.sequence import Sequence
 from reference_impl.sim.metrics import FINISHED, REJECTED
 
@@ -93,6 +95,9 @@ class Handoff(Event):
 
     def handle(self, sim) -> list[Event]:
         engine, caused, targets = sim.engine, [], None
+        key = (MEMORY_CLOCK.now, QUEUE_CLOCK.now, self.inst_ids)
+        if sim.quiet_handoff == key:
+            return []  # the same instances, nothing changed since a handoff that did nothing
         for inst_id in self.inst_ids:
             inst = engine.instances[inst_id]
             if not inst.scheduler.waits_for_others:
@@ -104,6 +109,8 @@ class Handoff(Event):
                 caused += sim.handed(target, self.time_s)
         for idle in engine.fill_idle():
             caused += sim.handed(idle, self.time_s)
+        if not caused:
+            sim.quiet_handoff = key
         return caused
 
 
