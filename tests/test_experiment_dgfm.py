@@ -77,3 +77,28 @@ def test_quick_run_schema_arms_swaps_figure_and_claim(tmp_path):
     assert row.claim_id == "dgfm" and row.reproduced == pytest.approx(sum(ratios) / len(ratios))
     assert 0.1 < row.reproduced < 10  # the same cluster and requests: not orders of magnitude apart
     assert f"made {arms['DGFM']['rounds'][-1]['swaps']}-" in row.note
+
+
+def test_an_instance_refused_at_one_instant_stops_stepping_at_it_and_time_moves_on():
+    """distkv-llm's roles, seed 0, 80 s: an idle borrower's small request fits the fresh pooled room but the
+    gManager's hints (a round old) name no creditor with room, so fill_idle handed it back to that instance at
+    one simulated instant forever; the instance now stops after MAX_NOOP_STEPS_PER_INSTANT such steps."""
+    import numpy as np
+
+    from repro.experiments import dgfm
+    from reference_impl.sim.config import blocks_per_instance
+    from reference_impl.sim.events import MAX_NOOP_STEPS_PER_INSTANT
+
+    capacity = blocks_per_instance(SimConfig(**dgfm.SETTING)) * SimConfig().block_size * dgfm.SETTING["num_instances"]
+    requests = dgfm.make_requests(capacity, 80.0, np.random.default_rng(0))
+    config = SimConfig(**dgfm.SETTING, dgfm=True, exclusive_roles=False, seed=0)
+    same_instant = {"t": None, "n": 0}
+
+    def on_event(now_s):
+        same_instant["n"] = same_instant["n"] + 1 if now_s == same_instant["t"] else 1
+        same_instant["t"] = now_s
+        assert same_instant["n"] < 10_000, f"the simulation spins at t={now_s}"
+
+    result = simulate(config, requests, max_sim_s=80.0, prefill_elsewhere=True, on_event=on_event)
+    assert result.num_stalled_instants > 0 and result.end_s > 79.0
+    assert result.count("finished") > 0 and MAX_NOOP_STEPS_PER_INSTANT >= 3  # Fig 10 runs see at most 2

@@ -35,7 +35,8 @@ from reference_impl.rmanager import MEMORY_CLOCK
 from reference_impl.scheduler import QUEUE_CLOCK
 from reference_impl.sequence import Sequence, num_blocks_for
 from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
-from reference_impl.sim.events import Arrival, Event, GManagerRound, Handoff, PromptIds, Step, run_events
+from reference_impl.sim.events import (MAX_NOOP_STEPS_PER_INSTANT, Arrival, Event, GManagerRound, Handoff, PromptIds,
+                                      Step, run_events)
 from reference_impl.sim.metrics import FINISHED, RequestMetrics, SimResult
 
 _PromptIds = PromptIds  # earlier name, used by experiments
@@ -169,6 +170,7 @@ class SimState:
         self.on_round = on_round
         self.seqs: dict[int, Sequence] = {}
         self.busy = [False] * config.num_instances  # a step event is queued
+        self.noop_steps = [(None, 0)] * config.num_instances  # (instant, steps that did nothing at it)
         self.computing = [False] * config.num_instances  # ... and it runs work (not only a KV transfer)
         self.pending = self.arrivals_left = len(requests)
         self.idle_rounds = 0
@@ -186,8 +188,16 @@ class SimState:
     def wake(self, inst_id: int, time_s: float) -> list[Step]:
         if self.busy[inst_id] or not self.engine.instances[inst_id].has_work:
             return []
+        if self.noop_steps[inst_id] == (time_s, MAX_NOOP_STEPS_PER_INSTANT):
+            return []  # (events.MAX_NOOP_STEPS_PER_INSTANT)
         self.busy[inst_id] = True
         return [Step(time_s, inst_id)]
+
+    def count_noop_step(self, inst_id: int, time_s: float) -> None:
+        at_s, count = self.noop_steps[inst_id]
+        self.noop_steps[inst_id] = (time_s, count + 1 if at_s == time_s else 1)
+        if self.noop_steps[inst_id][1] == MAX_NOOP_STEPS_PER_INSTANT:
+            self.result.num_stalled_instants += 1
 
     def handed(self, inst, time_s: float | None) -> list[Step]:
         """`inst` got a request at the front of its queue (redispatch, fill_idle): record where it waits now and

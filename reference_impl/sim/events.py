@@ -11,6 +11,12 @@ from reference_impl.sequence import Sequence
 from reference_impl.sim.metrics import FINISHED, REJECTED
 
 MAX_IDLE_ROUNDS = 50  # rounds with waiting requests but no instance able to run: the rest is stuck
+# Steps that ran nothing, admitted nothing and moved nothing at one simulated instant, after which an instance is
+# not woken again at that instant. Such a step changes nothing but the hand-offs after it, and when admission
+# refuses what the fresh pooled room says fits (a request that fits one instance borrows only from the gManager's
+# hinted creditors, whose status is a round old) fill_idle would hand it back forever without time passing; the
+# next event that frees room, or the next round's heartbeats, wakes it. (The Fig 10 runs see at most 2.)
+MAX_NOOP_STEPS_PER_INSTANT = 4
 
 
 class PromptIds:
@@ -68,6 +74,8 @@ class Step(Event):
             sim.pending -= 1
         sim.busy[self.inst_id] = sim.computing[self.inst_id] = False
         caused = []
+        if backend.duration_s is None and not backend.move_tokens.get(self.inst_id):
+            sim.count_noop_step(self.inst_id, self.time_s)
         if backend.duration_s is not None:
             sim.computing[self.inst_id] = sim.busy[self.inst_id] = True
             caused.append(Step(self.time_s + backend.duration_s, self.inst_id))
