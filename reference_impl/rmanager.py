@@ -293,10 +293,12 @@ class RManager(KVMoves):
         if not (pooled and self.can_borrow):
             return here
         if peers_lendable is None:
-            if self._peers_lendable_at[0] != MEMORY_CLOCK.now:  # (admission is retried every step)
-                self._peers_lendable_at = (MEMORY_CLOCK.now, sum(p.num_lendable for i, p in self.peers.items()
-                                                                 if i != self.inst_id))
-            peers_lendable = self._peers_lendable_at[1]
+            if self._peers_lendable_at[0] == MEMORY_CLOCK.now:  # (admission is retried every step)
+                return here + self._peers_lendable_at[1]
+            others = [p for i, p in self.peers.items() if i != self.inst_id]
+            peers_lendable = sum(p.num_lendable for p in others)
+            if all(isinstance(p, RManager) for p in others):  # a peer in another process does not tick this clock
+                self._peers_lendable_at = (MEMORY_CLOCK.now, peers_lendable)
         return here + peers_lendable
 
     def can_admit(self, num_blocks: int, pooled: bool) -> bool:

@@ -281,3 +281,20 @@ def test_a_block_put_back_on_a_moves_source_is_taken_first():
     home.advance_moves(no_copy, 1)
     assert [b.inst_id for b in home.tables[7]] == [2, 2, 0, 0, 0, 0]
     check_invariants(rms)
+
+
+def test_admissible_room_reads_a_peer_in_another_process_afresh():
+    """The peers' lendable room is cached per MEMORY_CLOCK count only when every peer is in this process (a Ray
+    actor's peer changes without ticking it)."""
+
+    class OtherProcess:
+        num_lendable = 0
+
+    peers = {}
+    rm, remote = RManager(0, 4, peers=peers), OtherProcess()
+    peers[1] = remote
+    assert rm.num_admissible(pooled=True) == 4
+    remote.num_lendable = 5
+    assert rm.num_admissible(pooled=True) == 9
+    local = RManager(2, 3, peers=peers)
+    assert rm.num_admissible(pooled=True) == 12 and local.num_admissible(pooled=True) == 3 + 4 + 5
