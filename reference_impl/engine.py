@@ -208,7 +208,7 @@ class Engine:
         return filled
 
     def heartbeats(self, full: bool = False) -> None:
-        """Each rManager's heartbeat; one whose instance did not change since its last (same rManager stamp,
+        """Each rManager's heartbeat; one whose instance did not change since its last (same rManager version,
         same queues) is not sent: the gManager holds that status already and it would carry no entry."""
         if self._heard is None or self._heard[0] is not self.gmanager:
             self._heard = (self.gmanager, {})

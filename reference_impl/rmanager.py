@@ -21,8 +21,9 @@ __all__ = ["CopyBlocks", "KVMove", "MEMORY_CLOCK", "RManager", "Recommend"]
 
 
 class Clock:
-    """Counts rManager changes (blocks, reservations, counts, moves, entries), process-wide: whatever a reader
-    derived from rManager state when the count was `now` stays valid while it still is."""
+    """A process-wide change counter: whatever a reader derived from the state it counts when the count was
+    `now` stays valid while it still is. MEMORY_CLOCK counts rManager changes (blocks, reservations, counts,
+    moves, entries); scheduler.QUEUE_CLOCK the schedulers' queue changes."""
 
     __slots__ = ("now",)
 

@@ -11,11 +11,11 @@ from reference_impl.sequence import Sequence
 from reference_impl.sim.metrics import FINISHED, REJECTED
 
 MAX_IDLE_ROUNDS = 50  # rounds with waiting requests but no instance able to run: the rest is stuck
-# Steps that ran nothing, admitted nothing and moved nothing at one simulated instant, after which an instance is
-# not woken again at that instant. Such a step changes nothing but the hand-offs after it, and when admission
-# refuses what the fresh pooled room says fits (a request that fits one instance borrows only from the gManager's
-# hinted creditors, whose status is a round old) fill_idle would hand it back forever without time passing; the
-# next event that frees room, or the next round's heartbeats, wakes it. (The Fig 10 runs see at most 2.)
+# Steps that ran no batch and moved no KV at one simulated instant, after which an instance is not woken again at
+# that instant. When admission refuses what the fresh pooled room says fits (a request that fits one instance
+# borrows only from the gManager's hinted creditors, whose status is a round old), fill_idle would hand it back
+# forever without time passing; the next event that frees room, or the next round's heartbeats, wakes it.
+# (Fig 10 points see at most 2 such steps at one instant.)
 MAX_NOOP_STEPS_PER_INSTANT = 4
 
 
