@@ -75,7 +75,8 @@ class Engine:
         self.rmanagers = peers
         self.num_steps = 0
         self.num_swaps = 0  # DGFM swaps carried out
-        self._heard: tuple[GManager, dict] | None = None  # (gManager, inst_id -> state at its last heartbeat)
+        # (gManager, inst_id -> state at its last heartbeat, (MEMORY_CLOCK, QUEUE_CLOCK) at the last heartbeats)
+        self._heard: tuple[GManager, dict, tuple | None] | None = None
         # (MEMORY_CLOCK count, lendable room of the cluster, of each instance, pooled room of those asked)
         self._rooms_at: tuple[int, int, list[int], dict[int, int]] | None = None
         self._none_to_fill_at: tuple[int, int] | None = None  # (MEMORY_CLOCK, QUEUE_CLOCK) of an empty fill_idle
@@ -210,9 +211,13 @@ class Engine:
     def heartbeats(self, full: bool = False) -> None:
         """Each rManager's heartbeat; one whose instance did not change since its last (same rManager version,
         same queues) is not sent: the gManager holds that status already and it would carry no entry."""
+        clocks = (MEMORY_CLOCK.now, QUEUE_CLOCK.now)
         if self._heard is None or self._heard[0] is not self.gmanager:
-            self._heard = (self.gmanager, {})
+            self._heard = (self.gmanager, {}, None)
+        elif not full and self._heard[2] == clocks:
+            return  # no rManager and no queue changed since the last heartbeats
         sent = self._heard[1]
+        self._heard = (self.gmanager, sent, clocks)
         for inst in self.instances:
             s = inst.scheduler
             state = (inst.rm.version, len(s.running), len(s.waiting), self._num_waiting_blocks(s))
@@ -227,9 +232,10 @@ class Engine:
 
     def gmanager_round(self) -> int:
         """Apply one gManager round; returns how many moves the rManagers accepted."""
-        homes = self.gmanager.homes()
+        moves = self.gmanager.run_round()
+        homes = self.gmanager.homes() if moves else {}
         accepted = sum(self.rmanagers[homes[m.req_id]].move_kvcache(m.req_id, m.num_blocks, m.dst_inst)
-                       for m in self.gmanager.run_round() if m.req_id in homes)
+                       for m in moves if m.req_id in homes)
         if self.config.dgfm:
             swap = self.gmanager.plan_dgfm(self.rng)
             if swap is not None:
