@@ -74,8 +74,6 @@ class Step(Event):
             sim.pending -= 1
         sim.busy[self.inst_id] = sim.computing[self.inst_id] = False
         caused = []
-        if backend.duration_s is None and not backend.move_tokens.get(self.inst_id):
-            sim.count_noop_step(self.inst_id, self.time_s)
         if backend.duration_s is not None:
             sim.computing[self.inst_id] = sim.busy[self.inst_id] = True
             caused.append(Step(self.time_s + backend.duration_s, self.inst_id))
@@ -83,6 +81,8 @@ class Step(Event):
             sim.busy[self.inst_id] = True
             caused.append(Step(self.time_s + backend.model.kv_transfer_s(backend.move_tokens.pop(self.inst_id)),
                                self.inst_id))
+        else:  # no batch, no KV moved (before the hand-offs below may wake it again)
+            sim.count_noop_step(self.inst_id, self.time_s)
         target = sim.engine.redispatch(inst)
         if target is not None:
             caused += sim.handed(target, self.time_s)
