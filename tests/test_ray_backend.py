@@ -91,7 +91,7 @@ def test_gmanager_killed_mid_run_is_rebuilt_from_full_heartbeats(local_run):
         wait_for(engine, lambda e: all(s["num_gmanager_restarts"] >= 1 for s in e.stats().values()))
         engine.pause()  # no control phase runs: the placement is still, the map catches up with one heartbeat
         try:
-            ray.get([a.sync_now.remote() for a in engine.actors.values()])
+            engine.sync_now()
             entries = {e for a in engine.actors.values() for e in ray.get(a.entries.remote())}
             rebuilt = ray.get(engine.gm_actor.placement_map.remote())
             assert {e for es in rebuilt.values() for e in es} == entries
@@ -160,7 +160,7 @@ def test_try_move_refused_when_the_destination_fills_then_retried_next_round():
             engine.pause()
             try:
                 before_heartbeats()
-                ray.get([a.sync_now.remote() for a in engine.actors.values()])
+                engine.sync_now()
                 after_heartbeats()
                 moves = ray.get(engine.gm_actor.run_round.remote())
                 assert any(m.req_id == 0 and m.dst_inst == 1 for m in moves), moves
@@ -247,18 +247,18 @@ def test_dgfm_swap_while_the_loops_run_keeps_the_tokens():
         wait_for(engine, lambda e: seqs[0].output_ids and seqs[1].output_ids)
         engine.pause()
         try:  # two of each request's three rBlocks go to the other instance, then a request fills each instance
-            engine.actors[0].move_kvcache.remote(MoveKVCache(0, 2, 1))
-            engine.actors[1].move_kvcache.remote(MoveKVCache(1, 2, 0))
+            ray.get([engine.actors[0].move_kvcache.remote(MoveKVCache(0, 2, 1)),
+                     engine.actors[1].move_kvcache.remote(MoveKVCache(1, 2, 0))])
             engine.add_request(seqs[2], 0)
             engine.add_request(seqs[3], 1)
-            ray.get([a.sync_now.remote() for a in engine.actors.values()])
+            engine.sync_now()
         finally:
             engine.resume()
         wait_for(engine, lambda e: seqs[2].output_ids and seqs[3].output_ids
                  and all(s.get("num_moves", 1) == 0 for s in e.snapshots.values()))
         engine.pause()
         try:
-            ray.get([a.sync_now.remote() for a in engine.actors.values()])
+            engine.sync_now()
             ray.get(engine.gm_actor.run_round.remote())
         finally:
             engine.resume()

@@ -45,6 +45,9 @@ class RayEngine:
         self.num_instance_failures = 0
         self.sent: dict[int, list[int]] = {}  # inst_id -> blocks of each request dispatched to it, in order
         self.snapshots: dict[int, dict] = {}
+        # add/abort calls not yet known to be in their actor's inbox: the actors are threaded, so a later call
+        # (sync_now, pause) may run before them; `delivered()` waits for these
+        self.undelivered: list[ray.ObjectRef] = []
         bundle = {"CPU": rc.cpus_per_instance, **({"GPU": rc.gpus_per_instance} if rc.gpus_per_instance else {})}
         self.pg = placement_group([dict(bundle) for _ in range(config.num_instances)], rc.placement_strategy)
         self.actors, self.gm_actor = {}, None
@@ -84,7 +87,7 @@ class RayEngine:
         self.mirror[seq.req_id] = seq
         self.home_of[seq.req_id] = inst_id
         self.sent[inst_id].append(blocks)
-        self.actors[inst_id].add_request.remote(seq)
+        self.undelivered.append(self.actors[inst_id].add_request.remote(seq))
         return inst_id
 
     def _free_blocks(self, inst_id: int) -> float:
@@ -96,8 +99,15 @@ class RayEngine:
             return self.config.blocks_per_instance_total - unseen
         return status.num_free_blocks - status.num_waiting * status.mean_waiting_blocks - unseen
 
+    def delivered(self) -> None:
+        """Return once every request added (or aborted) so far is in its instance's inbox, or its actor died."""
+        ray.wait(self.undelivered, num_returns=len(self.undelivered), timeout=self.ray_config.timeout_s)
+        self.undelivered = []
+
     def poll(self) -> list[Sequence]:
         """Collect new tokens and finished requests from every instance; recover from a failure if one shows."""
+        if self.undelivered:
+            self.undelivered = ray.wait(self.undelivered, num_returns=len(self.undelivered), timeout=0)[1]
         futures = {i: a.take_results.remote() for i, a in self.actors.items()}
         finished, broken = [], False
         for inst_id, future in futures.items():
@@ -183,7 +193,7 @@ class RayEngine:
                 Engine.check_fits(self, seq)
             except InputError as err:
                 self.failed[seq.req_id] = f"instance {', '.join(map(str, dead))} died; {err}"
-                self.actors[self.home_of[seq.req_id]].abort.remote(seq.req_id)
+                self.undelivered.append(self.actors[self.home_of[seq.req_id]].abort.remote(seq.req_id))
         for seq in orphans:
             seq.status = Status.WAITING
             seq.num_preemptions += 1
@@ -214,7 +224,13 @@ class RayEngine:
 
     def pause(self) -> None:
         """Hold every loop before its next control phase (no control phase runs anywhere until `resume`)."""
+        self.delivered()
         ray.get(self.actors[min(self.actors)].pause.remote())
+
+    def sync_now(self) -> None:
+        """While paused: every instance takes in its inbox (all requests added so far) and sends its heartbeat."""
+        self.delivered()
+        ray.get([a.sync_now.remote() for a in self.actors.values()])
 
     def resume(self) -> None:
         ray.get(self.actors[min(self.actors)].resume.remote())
