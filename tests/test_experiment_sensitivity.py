@@ -4,7 +4,7 @@ import json
 
 from repro.experiments.base import RunParams
 from repro.experiments.registry import get_experiment
-from repro.experiments.sensitivity import ARMS, has_chunked_prefill
+from repro.experiments.sensitivity import ARMS, DEFAULTS, arm_group, distinct_runs, has_chunked_prefill
 from repro.results import load_results, run_and_save
 
 
@@ -18,7 +18,9 @@ def test_sensitivity_quick_arms_defaults_and_direction(tmp_path):
     assert [r["label"] for r in prefill] == [label for _, label in ARMS["prefill_tflops"]]
     assert sum(r["default"] for r in prefill) == 1
     if has_chunked_prefill():
-        assert any(r["input"] == "chunked_prefill_tokens" for r in data["rows"])
+        (off,) = [r for r in data["rows"] if r["input"] == "chunked_prefill_tokens" and r["default"]]
+        default = next(r for r in prefill if r["default"])
+        assert off["plateau_tok_s"] == default["plateau_tok_s"] and off["ratio"] == default["ratio"]
     else:
         assert any("chunked prefill skipped" in note for note in data["notes"])
     slow, calibrated = prefill[0], next(r for r in prefill if r["default"])
@@ -28,3 +30,19 @@ def test_sensitivity_quick_arms_defaults_and_direction(tmp_path):
     assert rows and all(r.claim_id == "e2e-vs-vllm-m" for r in rows)
     assert all("DistServe fit" in r.note for r in rows if "prefill_tflops (median over groups)" in r.metric)
     assert any("largest change" in r.note for r in rows)
+
+
+def test_each_inputs_default_arm_is_one_run_and_every_other_arm_its_own():
+    from repro.experiments.base import RunParams as P
+    from repro.experiments.e2e import curve_groups, sizes
+    from repro.experiments.serving import LINK_DEFAULT
+    params = P(quick=True, extra={"traces": "0,3"})
+    base = curve_groups(params, sizes(params), link=LINK_DEFAULT, source="fitted")
+    arms = [(inp, value, g, arm_group(g, inp, value)) for inp in ARMS for value, _ in ARMS[inp] for g in base]
+    runs = distinct_runs([a[3] for a in arms])
+    for i, (inp, value, g, _) in enumerate(arms):
+        if value == DEFAULTS[inp]:  # the first input's default arm of the same group
+            assert runs[i] == next(k for k, a in enumerate(arms) if a[2] is g and a[1] == DEFAULTS[a[0]])
+        else:
+            assert runs[i] == i
+    assert len(set(runs)) == len(arms) - (len(ARMS) - 1) * len(base)

@@ -13,7 +13,8 @@ the reproduction is least sure of, changed for every system alike, one at a time
 Max throughput per arm is the plateau measured by serving_curves.find_saturation: each system serves the
 requests at a probe rate past its saturation; the steady-state output rate there is the plateau. Cheaper than
 a whole curve (one or two points per system and seed instead of >= 12); the `default` arm is the e2e
-configuration, so its ratio checks this shortcut against the e2e curves. Fewer requests than e2e by default.
+configuration, so its ratio checks this shortcut against the e2e curves (as many requests a probe as an e2e
+point; the default arms of the five inputs are one configuration, run once).
 """
 import dataclasses
 from functools import partial
@@ -44,13 +45,13 @@ ARMS = {  # input -> ((label, value), ...); the default value of each input is o
 }
 DEFAULTS = {"prefill_tflops": CALIBRATED_PREFILL_TFLOPS, "link": LINK_DEFAULT, "long_output_scale": 1.0,
             "max_batch_size": SimConfig().max_batch_size, "chunked_prefill_tokens": None}
-FULL = dict(short_requests=400, long_requests=12, seeds=1)
+FULL = dict(short_requests=1000, long_requests=200, seeds=1)  # e2e's points: the default arm checks the curves
 QUICK = dict(short_requests=60, long_requests=8, seeds=1)
 PARAMS = (
     Param("inputs", str, None, "comma-separated inputs to vary (default all): " + ", ".join(ARMS)),
     Param("traces", int_list, None, "only these trace ids (default 0-8; 0 with --quick)"),
-    Param("short_requests", int, None, "requests per probe, traces 0-2 (400; 60 with --quick)"),
-    Param("long_requests", int, None, "requests per probe, traces 3-8 (12; 8 with --quick)"),
+    Param("short_requests", int, None, "requests per probe, traces 0-2 (1000; 60 with --quick)"),
+    Param("long_requests", int, None, "requests per probe, traces 3-8 (200; 8 with --quick)"),
     Param("seeds", int, None, "seeds per probe (1)"),
     Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick)"),
 )
@@ -97,6 +98,23 @@ def arm_group(group: CurveGroup, inp: str, value) -> CurveGroup:
     return g
 
 
+def distinct_runs(groups: list[CurveGroup]) -> list[int]:
+    """For each group, the index of the first one that serves the same points: each input's default arm is the
+    same configuration, so it runs once."""
+    firsts, runs = [], []
+    for i, g in enumerate(groups):
+        j = next((k for k in firsts if same_points(groups[k], g)), None)
+        if j is None:
+            firsts.append(i)
+        runs.append(i if j is None else j)
+    return runs
+
+
+def same_points(a: CurveGroup, b: CurveGroup) -> bool:
+    return (a.info == b.info and a.base == b.base and a.make_requests == b.make_requests and a.runner == b.runner
+            and a.probe_fraction == b.probe_fraction)
+
+
 def run(params, log) -> dict:
     params = typed("sensitivity", PARAMS, params)
     size = dict(QUICK if params.quick else FULL)
@@ -115,13 +133,14 @@ def run(params, log) -> dict:
             continue
         arms += [(inp, value, label, g, arm_group(g, inp, value)) for value, label in ARMS[inp] for g in base_groups]
     seeds = tuple(params.seed + i for i in range(size["seeds"]))
+    runs = distinct_runs([a[4] for a in arms])
     rows = []
     with point_pool(default_workers(params)) as pool:
         per_seed = []
         for seed in seeds:
             fresh = [dataclasses.replace(a[4], saturation_per_s={}, info=dict(a[4].info)) for a in arms]
-            find_saturation(fresh, seed, log, pool)
-            per_seed.append(fresh)
+            find_saturation([fresh[i] for i in sorted(set(runs))], seed, log, pool)
+            per_seed.append([fresh[runs[i]] for i in range(len(arms))])
     for i, (inp, value, label, g, _) in enumerate(arms):
         ratios = []
         for fresh in per_seed:
