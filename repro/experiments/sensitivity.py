@@ -45,14 +45,14 @@ ARMS = {  # input -> ((label, value), ...); the default value of each input is o
 }
 DEFAULTS = {"prefill_tflops": CALIBRATED_PREFILL_TFLOPS, "link": LINK_DEFAULT, "long_output_scale": 1.0,
             "max_batch_size": SimConfig().max_batch_size, "chunked_prefill_tokens": None}
-FULL = dict(short_requests=1000, long_requests=200, seeds=1)  # e2e's points: the default arm checks the curves
+FULL = dict(short_requests=1000, long_requests=200, seeds=3)  # e2e's points: the default arm checks the curves
 QUICK = dict(short_requests=60, long_requests=8, seeds=1)
 PARAMS = (
     Param("inputs", str, None, "comma-separated inputs to vary (default all): " + ", ".join(ARMS)),
     Param("traces", int_list, None, "only these trace ids (default 0-8; 0 with --quick)"),
     Param("short_requests", int, None, "requests per probe, traces 0-2 (1000; 60 with --quick)"),
     Param("long_requests", int, None, "requests per probe, traces 3-8 (200; 8 with --quick)"),
-    Param("seeds", int, None, "seeds per probe (1)"),
+    Param("seeds", int, None, "seeds per probe (3; 1 with --quick)"),
     Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick)"),
 )
 
@@ -196,7 +196,8 @@ def _largest_moves(data: list[dict], panel: str, claim_id: str, paper: str, low:
     text = "; ".join(f"{inp} {d:+.2f}x ({where})" for inp, (d, where) in moves.items())
     return [ClaimRow(claim_id, f"sensitivity {panel}: highest ratio of any arm and group", paper, low, high,
                      best["ratio"], "x", f"{best['input']}={best['label']}, trace {best['trace_id']}/"
-                     f"{best['num_gpus']} GPUs; largest change from the default per input: {text}")]
+                     f"{best['num_gpus']} GPUs ({best['ratio_min']:.2f}-{best['ratio_max']:.2f} over the seeds); "
+                     f"largest change of a median from the default per input: {text}")]
 
 
 def plot(results, figures_dir) -> list[str]:
