@@ -107,6 +107,9 @@ def test_a_long_group_probes_with_a_prefix_of_its_points_requests():
     for group, expected in ((short, 150), (long_, max(MIN_PROBE_REQUESTS, 75))):
         point, probe = group.make_requests(0.05, 1), probe_requests(group, 0.05, 1)
         assert len(point) == 150 and list(probe) == list(point[:expected])
+    whole = RunParams(extra={**params.extra, "long_probe_fraction": 1.0})
+    long_ = curve_groups(whole, sizes(whole), link="inter-node", source="fitted")[2]
+    assert list(probe_requests(long_, 0.05, 1)) == list(long_.make_requests(0.05, 1))
 
 
 def test_same_seed_same_numbers_in_one_or_two_processes_and_seeds_differ():
@@ -196,6 +199,8 @@ def test_run_cli_unknown_experiment_is_one_error():
 @pytest.mark.parametrize("args, message", [
     (["--experiment", "perf-model", "--param", "link=fast"], "unknown link"),
     (["--experiment", "e2e", "--param", "short_requests=many"], "short_requests"),
+    (["--experiment", "e2e", "--param", "long_probe_fraction=1.5"], "long_probe_fraction"),
+    (["--experiment", "e2e-datasets", "--param", "probe_fraction=0"], "probe_fraction"),
 ])
 def test_run_bad_param_is_one_line_and_leaves_no_result(tmp_path, capsys, args, message):
     assert _cli(["run", "--quick", "--results-dir", str(tmp_path)] + args) == 2

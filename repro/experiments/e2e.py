@@ -5,12 +5,13 @@ Fig 10b: traces 3-8 (long) against vLLM-S; each trace runs on the (model, GPUs) 
 whose range it matches (200K: 7B/2, 280K: 13B/4, 600K: 70B/8, 480K: 13B/8, 1200K: 7B/16, 2000K: 7B/32).
 The curve method (measured saturation, rate grid, seeds, steady-state window, plateau) is serving_curves.py's;
 the points run in one process per core (`--param workers=N`). A bigger run: `--param seeds=5
---param short_requests=3000 --param long_requests=500` (make fig10 FIG10_PARAMS="...").
+--param short_requests=3000 --param long_requests=500` (make fig10 FIG10_PARAMS="..."); traces 3-8 place their
+grid from probes of half a point's requests (`--param long_probe_fraction=1`: whole points).
 """
 from functools import partial
 
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
-from repro.experiments.params import Param, int_list
+from repro.experiments.params import Param, fraction, int_list
 from repro.experiments.serving import LINK_DEFAULT, default_workers, point_pool, typed, workload
 from repro.experiments.serving_curves import LONG_PROBE_FRACTION, CurveGroup, ratio_text, run_curves
 from repro.experiments.serving_ray import RAY_PARAMS
@@ -28,6 +29,7 @@ PARAMS = (
     Param("short_requests", int, None, "requests per point, traces 0-2 (1000; 100 with --quick)", backends=SIM),
     Param("long_requests", int, None, "requests per point, traces 3-8 (200; 20 with --quick)", backends=SIM),
     Param("traces", int_list, None, "only these trace ids (default: 0-8; 0 and 3 with --quick)", backends=SIM),
+    Param("long_probe_fraction", fraction, LONG_PROBE_FRACTION, "traces 3-8: share of a point's requests (a prefix) the saturation probes serve; 1: the whole point", backends=SIM),
     Param("link", str, LINK_DEFAULT, "inter-instance link: intra-node, inter-node or GB/s", backends=SIM),
     Param("source", str, "fitted", "workload lengths", choices=("fitted", "auto"), backends=("sim", "ray")),
     Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick)", backends=SIM),
@@ -62,13 +64,14 @@ def sizes(params) -> dict:
 
 
 def curve_groups(params, size: dict, *, link: str, source: str) -> list[CurveGroup]:
+    long_probe_fraction = params.extra.get("long_probe_fraction") or LONG_PROBE_FRACTION
     out = []
     for g in groups(size):
         base = cluster(g["model"], GPU, g["num_gpus"], link=link, seed=params.seed)
         make = partial(_requests, g["trace_id"], g["num_requests"], source)
         out.append(CurveGroup(g, base, make, ("infinite-llm", g["baseline"]),
                               f"trace {g['trace_id']} {g['model']} {g['num_gpus']} GPUs",
-                              probe_fraction=LONG_PROBE_FRACTION if g["panel"] == "10b" else 1.0))
+                              probe_fraction=long_probe_fraction if g["panel"] == "10b" else 1.0))
     return out
 
 

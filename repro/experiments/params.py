@@ -73,6 +73,13 @@ def positive_int(raw: str) -> int:
     return value
 
 
+def fraction(raw: str) -> float:
+    value = float(raw)
+    if not 0 < value <= 1:
+        raise ValueError(raw)
+    return value
+
+
 def positive_float(raw: str) -> float:
     value = float(raw)
     if not 0 < value < math.inf:
@@ -105,7 +112,7 @@ def link(raw: str) -> str:
 
 _KINDS = {int: "integer", float: "number", str: "text", boolean: "true|false",
           int_list: "comma-separated integers", float_list: "comma-separated numbers",
-          positive_int: "integer >= 1", positive_float: "number > 0", positive_int_list: "comma-separated integers >= 1",
+          positive_int: "integer >= 1", positive_float: "number > 0", fraction: "number in (0, 1]", positive_int_list: "comma-separated integers >= 1",
           link: "intra-node|inter-node|GB/s > 0"}
 
 
