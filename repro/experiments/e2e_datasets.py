@@ -26,7 +26,8 @@ PARAMS = (
     Param("link", str, LINK_DEFAULT, "inter-instance link: intra-node, inter-node or GB/s"),
     Param("source", str, "fitted", "workload lengths", choices=("fitted", "auto")),
     Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick)"),
-    Param("probe_fraction", fraction, LONG_PROBE_FRACTION, "share of a point's requests (a prefix) the saturation probes serve; 1: the whole point"),
+    Param("probe_fraction", fraction, LONG_PROBE_FRACTION,
+          "share of a point's requests (a prefix) the saturation probes serve; 1: the whole point"),
 )
 
 
@@ -48,7 +49,8 @@ def run(params, log) -> dict:
         info = {"dataset_id": dataset_id, "long_ratio": row.long_ratio, "panel": "8", "model": model,
                 "num_gpus": row.num_gpus, "baseline": "vllm-s", "num_requests": n}
         todo.append(CurveGroup(info, base, partial(_requests, dataset_id, n, source), ("infinite-llm", "vllm-s"),
-                               f"dataset {dataset_id} {model} {row.num_gpus} GPUs", probe_fraction=params.extra["probe_fraction"]))
+                               f"dataset {dataset_id} {model} {row.num_gpus} GPUs",
+                               probe_fraction=params.extra["probe_fraction"]))
     seeds = tuple(params.seed + i for i in range(max(1, params.extra["seeds"])))
     with point_pool(default_workers(params)) as pool:
         groups = run_curves(todo, seeds, log, pool)

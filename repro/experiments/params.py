@@ -112,7 +112,8 @@ def link(raw: str) -> str:
 
 _KINDS = {int: "integer", float: "number", str: "text", boolean: "true|false",
           int_list: "comma-separated integers", float_list: "comma-separated numbers",
-          positive_int: "integer >= 1", positive_float: "number > 0", fraction: "number in (0, 1]", positive_int_list: "comma-separated integers >= 1",
+          positive_int: "integer >= 1", positive_float: "number > 0", fraction: "number in (0, 1]",
+          positive_int_list: "comma-separated integers >= 1",
           link: "intra-node|inter-node|GB/s > 0"}
 
 
