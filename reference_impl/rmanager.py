@@ -68,8 +68,7 @@ class RManager(KVMoves):
 
     @property
     def num_free(self) -> int:
-        pool = self.pool
-        return pool.num_capacity - len(pool.owner) - self._num_reserved
+        return self.pool.num_free - self._num_reserved
 
     @property
     def num_lent(self) -> int:
@@ -96,7 +95,7 @@ class RManager(KVMoves):
     @property
     def is_creditor(self) -> bool:
         """Remote requests have rBlocks here, or room here is promised to one."""
-        return len(self.pool.owner) > self.num_home_here or self._num_remote_reserved > 0  # lent, or promised
+        return self.num_lent > 0 or self._num_remote_reserved > 0
 
     @property
     def can_borrow(self) -> bool:
