@@ -198,7 +198,7 @@ def test_ray_config_rejects_bad_settings():
 
 
 def test_ray_systems_are_the_simulators_policies_over_the_same_rblocks():
-    from reference_impl.backends.ray_serving import engine_config
+    from reference_impl.backends.ray.serving import engine_config
     from reference_impl.errors import InputError
     from reference_impl.sim.systems import SYSTEMS
 

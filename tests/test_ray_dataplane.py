@@ -6,8 +6,8 @@ import types
 import pytest
 import torch
 
-from reference_impl.backends.ray_dataplane import DataPlane
-from reference_impl.backends.ray_step import DistStep, plan_step
+from reference_impl.backends.ray.dataplane import DataPlane
+from reference_impl.backends.ray.step import DistStep, plan_step
 from reference_impl.dist_launch import run_ranks
 from reference_impl.kv_layer import StepKV
 from reference_impl.model import ModelConfig

@@ -1,6 +1,6 @@
 """The one wall-clock serving loop, for any engine with `add_request(seq) -> inst_id`, `has_work` and
 `step() -> finished`: the local engine (backends/local.py), and the Ray engine, whose step collects what its
-instances produced meanwhile (backends/ray_serving.py).
+instances produced meanwhile (backends/ray/serving.py).
 
 Each request joins the engine at its arrival time (between steps, as the simulator's instances pick up arrivals
 at their next step), the engine steps while there is work, and the loop sleeps to the next arrival when idle.

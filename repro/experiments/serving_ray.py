@@ -41,7 +41,7 @@ def scaled(requests: list[Request], max_tokens: int) -> list[Request]:
 def run_on_ray(params, log, groups: list[dict]) -> dict:
     """Data in serving.schema.json's shape for the given groups of an experiment."""
     from reference_impl.backends.ray import RayConfig, init_ray
-    from reference_impl.backends.ray_serving import engine_config, serve
+    from reference_impl.backends.ray.serving import engine_config, serve
     from reference_impl.model import resolve_model
     from reference_impl.sequence import num_blocks_for
 

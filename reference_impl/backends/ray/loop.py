@@ -20,7 +20,7 @@ import ray
 import torch
 from ray.exceptions import RayActorError, RayError
 
-from reference_impl.backends.ray_step import DistStep, HomePlan, plan_step
+from reference_impl.backends.ray.step import DistStep, HomePlan, plan_step
 from reference_impl.dgfm import execute_swap
 from reference_impl.instance import Instance
 from reference_impl.rblock import RBlock

@@ -12,9 +12,9 @@ import ray
 import torch
 
 from reference_impl.backends.local import LocalBackend
-from reference_impl.backends.ray_dataplane import DataPlane, GroupSpec, free_address
-from reference_impl.backends.ray_loop import InstanceLoop
-from reference_impl.backends.ray_remote import RemoteRManager
+from reference_impl.backends.ray.dataplane import DataPlane, GroupSpec, free_address
+from reference_impl.backends.ray.loop import InstanceLoop
+from reference_impl.backends.ray.peers import RemoteRManager
 from reference_impl.engine import EngineConfig
 from reference_impl.model import LlamaModel
 from reference_impl.protocol import MoveKVCache, Swap

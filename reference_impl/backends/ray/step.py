@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from reference_impl.backends.ray_dataplane import MOVE_TAG, PARTIAL_TAG, QUERY_TAG, wait_all
+from reference_impl.backends.ray.dataplane import MOVE_TAG, PARTIAL_TAG, QUERY_TAG, wait_all
 from reference_impl.kernels import micro_attention, scale_reduce
 from reference_impl.kv_layer import causal_partial_attention
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import ray
 
 from reference_impl.backends.local import check_prompts
-from reference_impl.backends.ray_cluster import STRATEGIES, RayConfig, check_reachable, init_ray
-from reference_impl.backends.ray_engine import RayEngine
+from reference_impl.backends.ray.cluster import STRATEGIES, RayConfig, check_reachable, init_ray
+from reference_impl.backends.ray.engine import RayEngine
 from reference_impl.engine import EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.model import LlamaModel

@@ -17,10 +17,10 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from reference_impl.backends.ray_actors import InstanceActor
-from reference_impl.backends.ray_cluster import RayConfig
-from reference_impl.backends.ray_dataplane import GroupSpec
-from reference_impl.backends.ray_gmanager import GManagerActor
+from reference_impl.backends.ray.actor import InstanceActor
+from reference_impl.backends.ray.cluster import RayConfig
+from reference_impl.backends.ray.dataplane import GroupSpec
+from reference_impl.backends.ray.gmanager import GManagerActor
 from reference_impl.engine import Engine, EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.gmanager import GManagerConfig
