@@ -47,7 +47,9 @@ def test_sweep_brackets_the_measured_saturation_with_the_same_rates_for_every_sy
         assert min(g["rates_per_s"]) <= 0.5 * min(sat.values()) and max(g["rates_per_s"]) > max(sat.values())
         for seed in g["seeds"]:
             for system in sat:
-                assert [p["rate_per_s"] for p in _curve(g, system, seed)] == g["rates_per_s"]
+                added = g["plateau"][system]["added_rates_per_s"]
+                assert [p["rate_per_s"] for p in _curve(g, system, seed)] == g["rates_per_s"] + added
+                assert all(b == pytest.approx(2 * a, rel=1e-3) for a, b in zip([g["rates_per_s"][-1]] + added, added))
 
 
 def test_curves_rise_with_load_then_flatten(e2e_quick):
@@ -128,7 +130,8 @@ def test_e2e_datasets_quick_runs_a_curve_per_system():
                                               QUIET["log"])
     (g,) = data["groups"]
     assert g["dataset_id"] == 1 and {p["system"] for p in g["points"]} == {"infinite-llm", "vllm-s"}
-    assert len(g["points"]) == 2 * len(g["rates_per_s"]) and g["max_tput_ratio"] > 0
+    added = sum(len(r["added_rates_per_s"]) for r in g["plateau"].values())
+    assert len(g["points"]) == 2 * len(g["rates_per_s"]) + added and g["max_tput_ratio"] > 0
 
 
 @pytest.mark.parametrize("name, figure", [("context-length", "infinite-llm-fig9.png"),

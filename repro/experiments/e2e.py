@@ -13,7 +13,7 @@ from functools import partial
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.params import Param, fraction, int_list
 from repro.experiments.serving import LINK_DEFAULT, default_workers, point_pool, typed, workload
-from repro.experiments.serving_curves import LONG_PROBE_FRACTION, CurveGroup, ratio_text, run_curves
+from repro.experiments.serving_curves import LONG_PROBE_FRACTION, CurveGroup, run_curves
 from repro.experiments.serving_ray import RAY_PARAMS
 from reference_impl.sim.systems import cluster
 
@@ -105,7 +105,7 @@ PAPER = {"10a": ("e2e-vs-vllm-m", "1.35x-1.73x", 1.35, 1.73), "10b": ("e2e-vs-vl
 
 def claims(results) -> list[ClaimRow]:
     from repro.experiments.figures import main_result
-    from repro.experiments.serving_claims import why_outside
+    from repro.experiments.serving_claims import claim_note
     result = main_result(_not_vllm(results))
     rows = []
     for g in result["data"]["groups"]:
@@ -113,10 +113,8 @@ def claims(results) -> list[ClaimRow]:
             continue
         claim_id, paper, low, high = PAPER[g["panel"]]
         ratio = g["max_tput_ratio"]
-        inside = ratio is not None and low <= ratio <= high
         rows.append(ClaimRow(claim_id, f"max tput ratio, trace {g['trace_id']}, {g['num_gpus']} GPUs "
-                             f"({result['run_id']})", paper, low, high, ratio, "x",
-                             f"{ratio_text(g)}" + ("" if inside else "; " + why_outside(g, low, high))))
+                             f"({result['run_id']})", paper, low, high, ratio, "x", claim_note(g, low, high)))
     return rows
 
 

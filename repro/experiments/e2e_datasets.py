@@ -11,7 +11,7 @@ from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result
 from repro.experiments.params import Param, fraction, int_list
 from repro.experiments.serving import LINK_DEFAULT, default_workers, point_pool, typed, workload
-from repro.experiments.serving_curves import LONG_PROBE_FRACTION, CurveGroup, ratio_text, run_curves
+from repro.experiments.serving_curves import LONG_PROBE_FRACTION, CurveGroup, run_curves
 from reference_impl.sim.systems import cluster
 from workloads.paper_tables import DATASETS
 
@@ -58,16 +58,15 @@ def run(params, log) -> dict:
 
 
 def claims(results) -> list[ClaimRow]:
-    from repro.experiments.serving_claims import why_outside
+    from repro.experiments.serving_claims import claim_note
     result = main_result(results)
     rows = []
     for g in result["data"]["groups"]:
         paper, low, high = PAPER_RANGES[g["long_ratio"]]
         ratio = g["max_tput_ratio"]
-        inside = ratio is not None and low <= ratio <= high
         rows.append(ClaimRow("e2e-distkv", f"max tput vs vLLM-S, dataset {g['dataset_id']} "
                              f"({g['long_ratio']:.0%} long, {g['model']}, {g['num_gpus']} GPUs)", paper, low, high,
-                             ratio, "x", ratio_text(g) + ("" if inside else "; " + why_outside(g, low, high))))
+                             ratio, "x", claim_note(g, low, high)))
     return rows
 
 

@@ -10,11 +10,13 @@ the reproduction is least sure of, changed for every system alike, one at a time
 - batch cap (max_batch_size): 64, 256 (default), 1024;
 - chunked prefill on (`chunked_prefill_tokens`=512) / off, when the simulator has that option (issue 13).
 
-Max throughput per arm is the plateau measured by serving_curves.find_saturation: each system serves the
-requests at a probe rate past its saturation; the steady-state output rate there is the plateau. Cheaper than
-a whole curve (one or two points per system and seed instead of >= 12); the `default` arm is the e2e
-configuration, so its ratio checks this shortcut against the e2e curves (as many requests a probe as an e2e
-point; the default arms of the five inputs are one configuration, run once).
+Max throughput per arm is the plateau of the probes of serving_curves.find_saturation, extended by the rule of
+serving_plateau.py: each system serves the requests at probe rates up to past its saturation; while its two
+highest probe rates disagree by more than 5% it serves twice the top rate again; the highest steady-state
+output rate of those points is its max throughput. Cheaper than a whole curve (two to four points per system
+and seed instead of >= 12); the `default` arm is the e2e configuration, so its ratio checks this shortcut
+against the e2e curves (as many requests a probe as an e2e point; the default arms of the five inputs are one
+configuration, run once). `probe_ratio` is the ratio of the probes alone (the reading before the plateau rule).
 """
 import dataclasses
 from functools import partial
@@ -26,7 +28,9 @@ from repro.experiments.e2e import GPU, PAPER, curve_groups, sizes
 from repro.experiments.figures import main_result
 from repro.experiments.params import Param, int_list
 from repro.experiments.serving import LINK_DEFAULT, default_workers, point_pool, run_point, typed
-from repro.experiments.serving_curves import CurveGroup, find_saturation
+from repro.experiments.serving import PointTask
+from repro.experiments.serving_curves import CurveGroup, find_saturation, probe_requests
+from repro.experiments.serving_plateau import Climb, extend_to_plateau, max_tput_tok_s, reaches_plateau
 from reference_impl.calibration.specs import model_spec
 from reference_impl.errors import InputError
 from reference_impl.sim.config import SimConfig
@@ -138,23 +142,44 @@ def run(params, log) -> dict:
     with point_pool(default_workers(params)) as pool:
         per_seed = []
         for seed in seeds:
-            fresh = [dataclasses.replace(a[4], saturation_per_s={}, info=dict(a[4].info)) for a in arms]
-            find_saturation([fresh[i] for i in sorted(set(runs))], seed, log, pool)
+            fresh = [dataclasses.replace(a[4], saturation_per_s={}, probe_points={}, info=dict(a[4].info)) for a in arms]
+            distinct = [fresh[i] for i in sorted(set(runs))]
+            find_saturation(distinct, seed, log, pool)
+            probes = [{s: list(g.probe_points.get(s, [])) for s in g.systems} for g in distinct]
+            extend_to_plateau([Climb(g.probe_points[s], partial(_probe_tasks, g, s, seed))
+                               for g in distinct for s in g.systems if s in g.probe_points], log, pool)
+            for g, before in zip(distinct, probes):
+                g.info["_probe_points"] = before
             per_seed.append([fresh[runs[i]] for i in range(len(arms))])
     for i, (inp, value, label, g, _) in enumerate(arms):
-        ratios = []
-        for fresh in per_seed:
-            sat = fresh[i].saturation_per_s
-            if sat.get(g.info["baseline"], 0) > 0:
-                ratios.append(sat["infinite-llm"] / sat[g.info["baseline"]])
         rows.append({"input": inp, "value": str(value), "label": label, "default": value == DEFAULTS[inp],
                      "panel": g.info["panel"], "trace_id": g.info["trace_id"], "num_gpus": g.info["num_gpus"],
                      "baseline": g.info["baseline"], "num_requests": g.info["num_requests"],
-                     "ratio": float(np.median(ratios)) if ratios else None,
-                     "ratio_min": min(ratios) if ratios else None, "ratio_max": max(ratios) if ratios else None,
-                     "plateau_tok_s": {s: [f[i].saturation_per_s.get(s, 0.0) * f[i].info["_mean_output"]
-                                           for f in per_seed] for s in g.systems}})
+                     **arm_plateau([f[i] for f in per_seed], seeds)})
     return {"gpu": GPU, "seeds": list(seeds), "rows": rows, "notes": notes}
+
+
+def _probe_tasks(g: CurveGroup, system: str, seed: int, rate_per_s: float) -> list[PointTask]:
+    return [PointTask(system, g.base, probe_requests(g, rate_per_s, seed), rate_per_s, f"{g.label} plateau", seed,
+                      g.runner)]
+
+
+def arm_plateau(per_seed: list[CurveGroup], seeds) -> dict:
+    """One arm's row fields from its group of each seed: the ratio of the plateaus (probes extended to where the
+    top two agree) with its spread, the ratio of the probes alone, each system's plateau per seed, and whether
+    each seed's climb reached it."""
+    baseline = per_seed[0].info["baseline"]
+    systems = per_seed[0].systems
+    plateau = {s: [max_tput_tok_s(g.probe_points.get(s, []), seed) for g, seed in zip(per_seed, seeds)]
+               for s in systems}
+    probe = {s: [max_tput_tok_s(g.info["_probe_points"].get(s, []), seed) for g, seed in zip(per_seed, seeds)]
+             for s in systems}
+    ratios = [a / b for a, b in zip(plateau["infinite-llm"], plateau[baseline]) if b > 0]
+    probe_ratios = [a / b for a, b in zip(probe["infinite-llm"], probe[baseline]) if b > 0]
+    return {"ratio": float(np.median(ratios)) if ratios else None,
+            "ratio_min": min(ratios) if ratios else None, "ratio_max": max(ratios) if ratios else None,
+            "plateau_tok_s": plateau, "probe_ratio": float(np.median(probe_ratios)) if probe_ratios else None,
+            "plateau_reached": {s: [reaches_plateau(g.probe_points.get(s, [])) for g in per_seed] for s in systems}}
 
 
 def claims(results) -> list[ClaimRow]:
@@ -165,15 +190,18 @@ def claims(results) -> list[ClaimRow]:
     data = result["data"]["rows"]
     for panel, (claim_id, paper, low, high) in PAPER.items():
         for inp in dict.fromkeys(r["input"] for r in data):
-            arms = {}
+            arms, probes = {}, {}
             for r in data:
                 if r["panel"] == panel and r["input"] == inp and r["ratio"] is not None:
                     arms.setdefault(r["label"], []).append(r["ratio"])
+                    if r.get("probe_ratio") is not None:
+                        probes.setdefault(r["label"], []).append(r["probe_ratio"])
             if not arms:
                 continue
             medians = {label: float(np.median(v)) for label, v in arms.items()}
             default = next((r["label"] for r in data if r["input"] == inp and r["default"]), None)
-            text = ", ".join(f"{label} {m:.2f}x" for label, m in medians.items())
+            text = ", ".join(f"{label} {m:.2f}x" + (f" (probes {np.median(probes[label]):.2f}x)"
+                                                      if label in probes else "") for label, m in medians.items())
             rows.append(ClaimRow(claim_id, f"sensitivity {panel}: {inp} (median over groups)", paper, low, high,
                                  medians.get(default), "x", f"{text} ({result['run_id']})"))
         rows += _largest_moves(data, panel, claim_id, paper, low, high)

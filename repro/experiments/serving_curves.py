@@ -11,15 +11,21 @@
    near the unloaded latency), and HIGH_MULTIPLIERS of the higher one (past both); when the saturations
    differ by more than MID_GAP, their geometric middle replaces the last low multiplier (six rates either way).
 3. Every rate runs with every seed (lengths, arrivals and the simulator's seed change together).
-4. Max throughput (the papers' "maximum achieved throughput", read where the curve turns up): per system and
-   seed, the highest steady-state output rate over the grid, whose top rates are past saturation (the
-   plateau). The group's ratio is taken per seed; its median is `max_tput_ratio`, its min and max the spread.
+4. Plateau (serving_plateau.py): a system whose curve still rises by more than PLATEAU_TOL from the grid's
+   second-highest rate to its highest (medians over seeds) runs at twice its top rate, with every seed, until
+   the top two agree (at most MAX_EXTENSIONS more rates); the curve is drawn up to there.
+5. Max throughput (the papers' "maximum achieved throughput"): per system and seed, the highest steady-state
+   output rate of its curve. The group's ratio is taken per seed; its median is `max_tput_ratio`, its min and
+   max the spread. `grid_max_tput_ratio` is the same read off the grid alone (the method before the plateau
+   rule, on the same points), so a result says how far the extension moved the ratio.
 """
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from repro.experiments.serving import PointTask, nominal_rate_per_s, run_tasks
+from repro.experiments.serving_plateau import Climb, extend_to_plateau, max_tput_tok_s, plateau_record
 from reference_impl.sim.config import SimConfig
 
 KEEPS_UP = 0.8
@@ -46,6 +52,7 @@ class CurveGroup:
     probe_fraction: float = 1.0  # share of a point's requests (a prefix) its probes serve
     saturation_per_s: dict = field(default_factory=dict)
     rates_per_s: list = field(default_factory=list)
+    probe_points: dict = field(default_factory=dict)  # system -> the probe points of find_saturation
 
 
 def saturation_rate_per_s(point: dict, mean_output: float) -> float:
@@ -66,6 +73,7 @@ def find_saturation(groups: list[CurveGroup], seed: int, log, pool) -> None:
         retry = []
         for (g, s, rate), p in zip(pending, run_tasks(tasks, log, pool)):
             key = (id(g), s)
+            g.probe_points.setdefault(s, []).append(p)
             sustained = saturation_rate_per_s(p, g.info["_mean_output"])
             g.saturation_per_s[s] = max(sustained, g.saturation_per_s.get(s, 0.0))
             if key in refined:
@@ -106,29 +114,47 @@ def run_curves(groups: list[CurveGroup], seeds: tuple[int, ...], log, pool) -> l
         tasks += group_tasks
         counts.append(len(group_tasks))
     points = iter(run_tasks(tasks, log, pool))
-    return [group_record(g, [next(points) for _ in range(n)], seeds) for g, n in zip(groups, counts)]
+    per_group = [[next(points) for _ in range(n)] for n in counts]
+    climbs = [{s: Climb([p for p in own if p["system"] == s], partial(_seed_tasks, g, s, seeds)) for s in g.systems}
+              for g, own in zip(groups, per_group)]
+    extend_to_plateau([c for by_system in climbs for c in by_system.values()], log, pool)
+    return [group_record(g, own, seeds, by_system) for g, own, by_system in zip(groups, per_group, climbs)]
+
+
+def _seed_tasks(g: CurveGroup, system: str, seeds, rate_per_s: float) -> list[PointTask]:
+    return [PointTask(system, g.base, tuple(g.make_requests(rate_per_s, seed)), rate_per_s, f"{g.label} plateau",
+                      seed, g.runner) for seed in seeds]
 
 
 def _fmt(rates: dict) -> str:
     return ", ".join(f"{s} {r:.4g}" for s, r in rates.items())
 
 
-def plateau_tok_s(points: list[dict], system: str, seed: int) -> float:
-    """Max throughput read off one curve: its highest steady-state output rate (module docstring, 4)."""
-    return max((p["steady_output_tok_s"] for p in points if p["system"] == system and p["seed"] == seed),
-               default=0.0)
-
-
-def group_record(g: CurveGroup, points: list[dict], seeds) -> dict:
+def group_record(g: CurveGroup, grid_points: list[dict], seeds, climbs: dict) -> dict:
+    """The group's record: the grid's points and those its systems' climbs added, the plateau per system and
+    seed, and the ratio with its spread, on the whole curves and on the grid alone."""
     info = {k: v for k, v in g.info.items() if not k.startswith("_")}
     baseline = info["baseline"]
-    plateau = {s: [plateau_tok_s(points, s, seed) for seed in seeds] for s in g.systems}
-    ratios = [a / b for a, b in zip(plateau["infinite-llm"], plateau[baseline]) if b > 0]
+    points = grid_points + [p for s in g.systems for p in climbs[s].points[len(_own(grid_points, s)):]]
+    plateau = {s: [max_tput_tok_s(_own(points, s), seed) for seed in seeds] for s in g.systems}
+    grid = {s: [max_tput_tok_s(_own(grid_points, s), seed) for seed in seeds] for s in g.systems}
+    ratios, grid_ratios = _ratios(plateau, baseline), _ratios(grid, baseline)
     return {**info, "num_instances": g.base.num_instances, "tp": g.base.tp, "rates_per_s": g.rates_per_s,
             "seeds": list(seeds), "saturation_per_s": dict(g.saturation_per_s), "max_tput_tok_s": plateau,
             "points": points, "max_tput_ratio": float(np.median(ratios)) if ratios else None,
             "max_tput_ratio_min": min(ratios) if ratios else None,
-            "max_tput_ratio_max": max(ratios) if ratios else None}
+            "max_tput_ratio_max": max(ratios) if ratios else None,
+            "plateau": {s: plateau_record(climbs[s].points, climbs[s].added_rates_per_s) for s in g.systems},
+            "grid_max_tput_tok_s": grid,
+            "grid_max_tput_ratio": float(np.median(grid_ratios)) if grid_ratios else None}
+
+
+def _own(points: list[dict], system: str) -> list[dict]:
+    return [p for p in points if p["system"] == system]
+
+
+def _ratios(plateau: dict, baseline: str) -> list[float]:
+    return [a / b for a, b in zip(plateau["infinite-llm"], plateau[baseline]) if b > 0]
 
 
 def ratio_text(group: dict) -> str:

@@ -23,8 +23,8 @@ def seed_curve(points: list[dict], system: str, x_key: str = "steady_output_tok_
 
 def plot_curves(groups: list[dict], figures_dir: str, name: str, key: str) -> list[str]:
     """One figure per panel value: mean normalised latency (s/token) against steady-state output throughput,
-    per system; markers are seed means, bars the seeds' min-max in both directions, the dashed line the
-    plateau (max throughput) of each system."""
+    per system, up to the rates that reached its plateau (serving_plateau.py); markers are seed means, bars the
+    seeds' min-max in both directions, the dashed line the plateau (max throughput) of each system."""
     from repro.experiments.serving_curves import ratio_text
 
     written = []
@@ -46,8 +46,10 @@ def plot_curves(groups: list[dict], figures_dir: str, name: str, key: str) -> li
                 plateau = (g.get("max_tput_tok_s") or {}).get(system)
                 if plateau:
                     ax.axvline(float(np.median(plateau)), color=PALETTE.get(system), ls="--", lw=0.7)
+            rising = [s for s, r in (g.get("plateau") or {}).items() if not r["reached"]]
             ax.set_title(f"{key} {g.get(key + '_id')}: {g['model']}, {g['num_gpus']} GPUs\n"
-                         f"max tput {ratio_text(g)}", fontsize=7)
+                         f"max tput {ratio_text(g)}" + (f"\nstill rising: {', '.join(rising)}" if rising else ""),
+                         fontsize=7)
             ax.set_xlabel("steady-state output tokens/s", fontsize=7)
             ax.set_ylabel("latency / token (s)", fontsize=7)
             ax.set_yscale("log")

@@ -1,0 +1,81 @@
+"""Max throughput measured at the plateau: open-loop rates extended until the curve stops rising.
+
+A system's curve (its points over rates and seeds) has reached its plateau when the median over seeds of the
+steady-state output rate at its highest rate is within PLATEAU_TOL of the median at its second-highest rate.
+A curve that has not is extended: its top rate times PLATEAU_GROWTH runs with every seed, up to
+MAX_EXTENSIONS times. Max throughput is then, per seed, the highest steady-state output rate of the curve
+(docs/max-throughput.md). Past saturation a queue builds and the batch keeps filling towards its memory or
+batch-cap limit as the rate rises, so a grid that stops just past saturation under-reads each system by its
+own amount; doubling the rate until two agree reads both at their limit.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from repro.experiments.serving import run_tasks
+
+PLATEAU_TOL = 0.05
+PLATEAU_GROWTH = 2.0
+MAX_EXTENSIONS = 3
+
+
+def median_by_rate(points: list[dict], key: str = "steady_output_tok_s") -> list[tuple[float, float]]:
+    """(rate, median over seeds of `key`) per rate, ascending."""
+    rates = sorted({p["rate_per_s"] for p in points})
+    return [(r, float(np.median([p[key] for p in points if p["rate_per_s"] == r]))) for r in rates]
+
+
+def top_rise(points: list[dict]) -> float | None:
+    """Relative change of the median steady-state output rate from the second-highest rate to the highest
+    (None with fewer than two rates or nothing at the second)."""
+    curve = median_by_rate(points)
+    if len(curve) < 2 or curve[-2][1] <= 0:
+        return None
+    return curve[-1][1] / curve[-2][1] - 1
+
+
+def reaches_plateau(points: list[dict], tol: float = PLATEAU_TOL) -> bool:
+    rise = top_rise(points)
+    return rise is not None and abs(rise) <= tol
+
+
+def max_tput_tok_s(points: list[dict], seed: int) -> float:
+    """Max throughput of one seed of a curve: its highest steady-state output rate."""
+    return max((p["steady_output_tok_s"] for p in points if p["seed"] == seed), default=0.0)
+
+
+@dataclass(slots=True)
+class Climb:
+    """One system's curve to extend: its points so far (any seeds; extended in place) and `make_tasks(rate)`, the
+    PointTasks (one per seed) of a further rate."""
+    points: list
+    make_tasks: object
+    added_rates_per_s: list = field(default_factory=list)
+
+    @property
+    def top_rate_per_s(self) -> float:
+        return max(p["rate_per_s"] for p in self.points)
+
+
+def extend_to_plateau(climbs: list[Climb], log, pool=None) -> None:
+    """Extend every climb whose curve has not reached its plateau (module docstring), all climbs' further
+    rates in one pool round per extension."""
+    for _ in range(MAX_EXTENSIONS):
+        todo = [c for c in climbs if not reaches_plateau(c.points)
+                and any(p["steady_output_tok_s"] > 0 for p in c.points)]
+        if not todo:
+            return
+        pairs = []
+        for c in todo:
+            rate = float(f"{c.top_rate_per_s * PLATEAU_GROWTH:.4g}")
+            c.added_rates_per_s.append(rate)
+            pairs += [(c, task) for task in c.make_tasks(rate)]
+        for (c, _), point in zip(pairs, run_tasks([t for _, t in pairs], log, pool)):
+            c.points.append(point)
+
+
+def plateau_record(points: list[dict], added_rates_per_s: list) -> dict:
+    """What a result keeps of one system's climb: the rates added past the grid and the last rise."""
+    rise = top_rise(points)
+    return {"added_rates_per_s": list(added_rates_per_s), "top_rise": rise,
+            "reached": rise is not None and abs(rise) <= PLATEAU_TOL}
