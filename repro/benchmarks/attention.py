@@ -58,8 +58,9 @@ def kv_bytes(batch: int, context_tokens: int, num_kv_heads: int, head_dim: int, 
     return 2 * batch * context_tokens * num_kv_heads * head_dim * torch.finfo(dtype).bits // 8
 
 
-def run_point(point: AttentionBenchPoint, device: torch.device, dtype: torch.dtype, backend: str,
-              peak_gb_s: float, gen: torch.Generator) -> None:
+def paged_inputs(point: AttentionBenchPoint, device: torch.device, dtype: torch.dtype, gen: torch.Generator):
+    """(q [B, Hq, D], k_cache, v_cache [num_blocks, BLOCK_SIZE, Hkv, D], block_table [B, blocks], seq_lens [B])
+    of one point, its blocks scattered as in a paged cache that has seen many requests come and go."""
     batch, ctx = point.batch, point.context_tokens
     hq, hkv, d = point.num_q_heads, point.num_kv_heads, point.head_dim
     blocks_per_seq = -(-ctx // BLOCK_SIZE)
@@ -68,9 +69,24 @@ def run_point(point: AttentionBenchPoint, device: torch.device, dtype: torch.dty
     k_cache = torch.randn(num_blocks, BLOCK_SIZE, hkv, d, generator=gen, dtype=dtype, device=device)
     v_cache = torch.randn(num_blocks, BLOCK_SIZE, hkv, d, generator=gen, dtype=dtype, device=device)
     q = torch.randn(batch, hq, d, generator=gen, dtype=dtype, device=device)
-    # Scattered placement, as in a paged cache that has seen many requests come and go.
     block_table = torch.randperm(num_blocks, generator=gen, device=device).view(batch, blocks_per_seq).to(torch.int32)
     seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
+    return q, k_cache, v_cache, block_table, seq_lens
+
+
+def contiguous_kv(k_cache, v_cache, block_table, context_tokens: int):
+    """The paged KV gathered into contiguous [B, Hkv, L, D] tensors (SDPA's input)."""
+    batch, (hkv, d) = block_table.shape[0], k_cache.shape[2:]
+    flat = block_table.long().view(-1)
+    k = k_cache[flat].view(batch, -1, hkv, d)[:, :context_tokens].transpose(1, 2).contiguous()
+    v = v_cache[flat].view(batch, -1, hkv, d)[:, :context_tokens].transpose(1, 2).contiguous()
+    return k, v
+
+
+def run_point(point: AttentionBenchPoint, device: torch.device, dtype: torch.dtype, backend: str,
+              peak_gb_s: float, gen: torch.Generator) -> None:
+    hq, hkv = point.num_q_heads, point.num_kv_heads
+    q, k_cache, v_cache, block_table, seq_lens = paged_inputs(point, device, dtype, gen)
 
     def ours():
         return micro_attention(q, k_cache, v_cache, block_table, seq_lens, backend=backend, check_ranges=False)
@@ -86,9 +102,7 @@ def run_point(point: AttentionBenchPoint, device: torch.device, dtype: torch.dty
         point.graph_gb_s = point.kv_bytes / graph_s / 1e9
         point.graph_pct_of_peak = 100 * point.graph_gb_s / peak_gb_s
 
-    flat = block_table.long().view(-1)
-    k = k_cache[flat].view(batch, -1, hkv, d)[:, :ctx].transpose(1, 2).contiguous()  # [B, Hkv, L, D]
-    v = v_cache[flat].view(batch, -1, hkv, d)[:, :ctx].transpose(1, 2).contiguous()
+    k, v = contiguous_kv(k_cache, v_cache, block_table, point.context_tokens)
     del k_cache, v_cache
     q4 = q[:, :, None, :]  # [B, Hq, 1, D]
 
