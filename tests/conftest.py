@@ -15,3 +15,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--bench-size", choices=("ci", "large"), default="ci",
+                     help="sizes of the speed guard (tests/speed): ci for `make test`, large for `make bench`")

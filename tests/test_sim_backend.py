@@ -128,21 +128,8 @@ def test_coarse_block_search_is_exact_on_unimodal_objectives(limit, peak, evals,
 def test_gmanager_round_with_32_instances_is_fast():
     import time
 
-    requests = generate(trace_id=8, num_requests=6, rate_per_s=1.0, seed=0, options=SourceOptions(source="fitted"))
-    requests += [replace(r, req_id=100 + i) for i, r in enumerate(
-        generate(trace_id=0, num_requests=200, rate_per_s=100.0, seed=0, options=SourceOptions(source="fitted")))]
-    from reference_impl.backends.sim import SimBackend, build_engine, _PromptIds
-    from reference_impl.sequence import Sequence
-    from reference_impl.sim.metrics import RequestMetrics, SimResult
-    config = cluster("llama2-7b", GPU, 32)
-    metrics = {r.req_id: RequestMetrics(r.req_id, 0.0, r.prompt_len, r.output_len) for r in requests}
-    engine = build_engine(config, SimBackend(config, metrics, SimResult([])))
-    for r in requests:
-        engine.add_request(Sequence(r.req_id, _PromptIds(r.prompt_len), r.output_len))
-    engine.heartbeats()
-    for inst in engine.instances:
-        inst.step(engine.backend)
-    engine.heartbeats()
+    from repro.regression.speed_workloads import loaded_engine
+    engine = loaded_engine(32)  # trace 8 and trace 0 requests, one step run
     times, versions = [], set()
     for _ in range(5):
         engine.heartbeats(full=True)  # a new map version each time: the round is computed, not its memo returned
