@@ -8,9 +8,14 @@ TORCH_SPEC ?= $(shell command -v nvidia-smi >/dev/null 2>&1 && echo torch || ech
 EXTRAS ?= test
 # loadgroup: tests marked xdist_group (the Ray backend's, one private Ray) stay on one worker
 PYTEST_ARGS ?= -n 2 --dist loadgroup
+# The speed guard (tests/speed) runs after the rest, alone: pytest-benchmark measures nothing under xdist. Its
+# rounds are CPU time; each run is kept under .benchmarks/ (compare: .venv/bin/pytest-benchmark compare) and
+# the last one written to BENCH_JSON (docs/regression.md).
+BENCH_ARGS ?= --benchmark-timer=time.process_time --benchmark-columns=min,median,max,rounds --benchmark-autosave
+BENCH_JSON ?= .benchmarks/make-test.json
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: setup test test-gpu check-attention bench-attention clean
+.PHONY: setup test test-gpu check-attention bench-attention bench bless bless-speed clean
 
 setup: $(STAMP)
 
@@ -21,7 +26,22 @@ $(STAMP): pyproject.toml Makefile
 	touch $@
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS) --ignore=tests/speed
+	$(BIN)/python -m pytest -q tests/speed $(BENCH_ARGS) --benchmark-json=$(BENCH_JSON)
+
+# The speed guard at larger sizes (minutes), against the large baseline
+bench: $(STAMP)
+	$(BIN)/python -m pytest -q tests/speed --bench-size=large $(BENCH_ARGS) --benchmark-json=.benchmarks/make-bench.json
+
+# After an intended change to reproduced numbers: re-simulate the regression cases and rewrite
+# repro/data/regression_reference.json (commit its diff with the change)
+bless: $(STAMP)
+	$(BIN)/repro regression bless
+
+# Re-measure the speed baseline on this machine (repro/data/speed_baseline.json); SIZE=large for `make bench`'s
+SIZE ?= ci
+bless-speed: $(STAMP)
+	$(BIN)/repro regression bless-speed --size $(SIZE)
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -m gpu

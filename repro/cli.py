@@ -18,6 +18,8 @@ COMMANDS = {
     "plot": ("repro.commands.plot:plot", "Draw figures (PNG and PDF) from saved results only."),
     "profile": ("repro.commands.profile:profile",
                 "Measure the cost model's inputs on this machine and write them in the calibration format."),
+    "regression": ("repro.commands.regression:regression",
+                   "CI's regression guards: check or re-bless the reproduced numbers, re-bless the speed baseline."),
     "report": ("repro.commands.report:report",
                "Each headline claim of the papers beside the reproduced number and whether it falls in the paper's range."),
     "run": ("repro.commands.run:run",
