@@ -119,9 +119,13 @@ class KVMoves:
                 index = self._next_movable(move, moved)
                 if index is None:
                     break
+                taken = self.peers[move.dst_inst].take_reserved(move.req_id)
+                if not taken:  # a peer in another process took the room back since this instance last heard
+                    move.num_blocks = 0
+                    break
                 moved.add((move.req_id, index))
                 src = self.tables[move.req_id][index]
-                dst = self.peers[move.dst_inst].take_reserved(move.req_id)[0]
+                dst = taken[0]
                 pairs.append((src, dst))
                 self.set_block(move.req_id, index, dst)
                 move.num_blocks -= 1

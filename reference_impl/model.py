@@ -124,6 +124,10 @@ class LlamaModel:
     def dtype(self):
         return self.w["model.embed_tokens.weight"].dtype
 
+    def to(self, device) -> "LlamaModel":
+        """The same model with its weights on `device`."""
+        return LlamaModel(self.config, {k: w.to(device) for k, w in self.w.items()})
+
     def rope(self, positions):
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)

@@ -189,6 +189,12 @@ class RManager(KVMoves):
                 return inst_id
         return self.inst_id
 
+    def note_home(self, req_id: int, home: int) -> None:
+        """Remember a remote request's home, as the home reserves room here (a peer in another process cannot
+        be searched cheaply)."""
+        if home != self.inst_id:
+            self._remote_homes[req_id] = home
+
     def release(self, block: RBlock) -> None:
         req_id = self.pool.free(block.device, block.address)
         self.hosted[req_id] -= 1

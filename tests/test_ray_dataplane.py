@@ -1,6 +1,9 @@
-"""The Ray backend's data plane without Ray: two gloo processes, each an instance with its own rBlocks, run one
-lockstep step of DistAttention (`DistStep`) while a KV block moves between them. Each instance's attention must
-equal the local KV layer (`StepKV`) over both instances' caches in one process, and the moved block must land."""
+"""The Ray backend's data plane without Ray: two gloo processes, each an instance with its own rBlocks, each
+running its own step of DistAttention (`DistStep`) as a home while a second thread serves the other's step as
+its creditor (as an instance actor does), and a KV block moves in instance 1's step. Each instance's attention
+must equal the local KV layer (`StepKV`) over both instances' caches in one process, and the moved block must
+land."""
+import threading
 import types
 
 import pytest
@@ -44,18 +47,34 @@ def step_inputs(inst: int, is_prefill: bool, device="cpu"):
 def one_step(rank, world_size, device, is_prefill, backend):
     caches = all_caches(device)
     plans = {i: plan_step(*step_inputs(i, is_prefill)[:3], BLOCK, is_prefill) for i in (0, 1)}
-    shared = {i: {"asks": plans[i].asks, "pairs": [MOVE] if i == 1 else []} for i in (0, 1)}
+    pairs = {0: [], 1: [MOVE]}  # by home: the moves of its step
     plane = types.SimpleNamespace(rank_of={0: 0, 1: 1}, spec=types.SimpleNamespace(backend=backend))
     plane.post = lambda sends, recvs, tag: DataPlane.post(plane, sends, recvs, tag)
     mine = {tier: caches[(rank, tier)] for tier in (DEVICE, CPU)}
     moved = [kv[:, MOVE[2]].clone() for kv in caches[(1, DEVICE)]]
-    step = DistStep(rank, plane, mine, plans[rank], shared, CONFIG, BLOCK, torch.float32, device)
+    other = 1 - rank
+    ask = {other: plans[other].asks[rank]} if rank in plans[other].asks else {}
+    served = DistStep(rank, plane, mine, None, ask, pairs[other], other, CONFIG, BLOCK, torch.float32, device)
+    errors = []
+
+    def serve():
+        try:
+            for layer in range(CONFIG.num_layers):
+                served.attend(layer)
+        except Exception as err:  # noqa: BLE001 (re-raised in the main thread)
+            errors.append(err)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    step = DistStep(rank, plane, mine, plans[rank], {}, pairs[rank], rank, CONFIG, BLOCK, torch.float32, device)
     tables, num_tokens, num_new, qkv = step_inputs(rank, is_prefill, device)
     reference = StepKV({k: tuple(x.clone() for x in kv) for k, kv in all_caches(device).items()}, tables, num_tokens,
                        num_new, BLOCK, is_prefill, device)
     for layer, (q, k, v) in enumerate(qkv):
         torch.testing.assert_close(step.attend(layer, q, k, v), reference.attend(layer, q, k, v),
                                    rtol=1e-5, atol=1e-5)
+    thread.join()
+    assert not errors, errors
     if rank == 0:
         for got, want in zip(mine[DEVICE], moved):
             torch.testing.assert_close(got[:, MOVE[5]], want, rtol=0, atol=0)

@@ -1,12 +1,15 @@
-"""The instance actor: model replica, rBlock caches, and its own serving loop (ray_loop.py) in a thread.
+"""The instance actor: model replica, rBlock caches, its own serving loop (loop.py) in a thread, and the
+partners' steps it serves (serve.py) in Ray's threads.
 
 Its API is messages, not attribute access: dispatch (`add_request`) and results (`take_results`) for the driver;
-`move_kvcache` and `swap` from the gManager; `try_move_kvcache` and the rManager calls a peer's control phase
-makes (reserve, take, release a block, read or set a table entry) for peers. Tensors never travel through
-these calls: the data plane is torch.distributed (ray_dataplane.py).
+`move_kvcache` and `swap` from the gManager; for peers, `rm_call` / `rm_post` (their requests on this rManager,
+in the order each peer sent them), `serve` (a home's step) and `hold` / `unhold` (a DGFM swap). Whatever reads
+or changes the rManager runs on the loop thread through its mailbox. Tensors never travel through these calls:
+the data plane is torch.distributed (dataplane.py).
 """
 import os
 import threading
+from concurrent.futures import Future
 
 import ray
 import torch
@@ -14,22 +17,67 @@ import torch
 from reference_impl.backends.local import LocalBackend
 from reference_impl.backends.ray.dataplane import DataPlane, GroupSpec, free_address
 from reference_impl.backends.ray.loop import InstanceLoop
-from reference_impl.backends.ray.peers import RemoteRManager
+from reference_impl.backends.ray.serve import PartnerWork, serve
 from reference_impl.engine import EngineConfig
-from reference_impl.model import LlamaModel
 from reference_impl.protocol import MoveKVCache, Swap
 from reference_impl.rblock import RBlock
 from reference_impl.sequence import Sequence
 
+MAX_CONCURRENCY = 64  # Ray threads: the driver's calls, a waiting call per peer, a step served per debtor
 
-@ray.remote(max_concurrency=8)
+
+class PeerRequests:
+    """What a peer (always the home of `req_id`) may ask of this rManager; runs on the loop thread."""
+
+    def __init__(self, loop: InstanceLoop):
+        self.rm = loop.rm
+
+    def try_move_kvcache(self, req_id: int, num_blocks: int, home: int) -> bool:
+        self.rm.note_home(req_id, home)
+        return self.rm.try_move_kvcache(req_id, num_blocks)
+
+    def take_reserved(self, req_id: int, num_blocks: int, home: int, ids: list[int]) -> list[RBlock]:
+        """Up to `num_blocks` blocks of the reservation (fewer when room was taken back), ids from the home."""
+        num_blocks = min(num_blocks, self.rm.num_reserved_for(req_id))
+        if num_blocks <= 0:
+            return []
+        self.rm.note_home(req_id, home)
+        self.rm.peers[home]._ids = iter(ids)
+        return self.rm.take_reserved(req_id, num_blocks)
+
+    def cancel_reservation(self, req_id: int, num_blocks: int | None) -> None:
+        self.rm.cancel_reservation(req_id, num_blocks)
+
+    def release(self, block: RBlock) -> None:
+        self.rm.release(block)
+
+    def move_kvcache(self, req_id: int, num_blocks: int, dst_inst: int, src_inst: int | None) -> bool:
+        """A creditor reclaiming what it lent asks the home to move it (infinite-llm 5.2)."""
+        return self.rm.move_kvcache(req_id, num_blocks, dst_inst, src_inst)
+
+    def num_moving(self, req_id: int, src_inst: int) -> int:
+        return self.rm.num_moving(req_id, src_inst)
+
+    def set_block(self, req_id: int, index: int, block: RBlock) -> None:
+        self.rm.set_block(req_id, index, block)
+
+    def alloc_for_swap(self, req_id: int) -> RBlock:
+        return self.rm.alloc_for_swap(req_id)
+
+    def has_table(self, req_id: int) -> bool:
+        return req_id in self.rm.tables
+
+    def table(self, req_id: int) -> list[RBlock] | None:
+        return list(self.rm.tables[req_id]) if req_id in self.rm.tables else None
+
+
+@ray.remote(max_concurrency=MAX_CONCURRENCY)
 class InstanceActor:
-    def __init__(self, inst_id: int, model: LlamaModel, config: EngineConfig, device: str = "cpu"):
+    def __init__(self, inst_id: int, model, config: EngineConfig, device: str = "cpu"):
         torch.set_num_threads(int(os.environ.get("REPRO_RAY_TORCH_THREADS", "1")))
         if device != "cpu":
             torch.cuda.set_device(0)
-            model = LlamaModel(model.config, {k: w.to(device) for k, w in model.w.items()})
-            model.inv_freq = model.inv_freq.to(device)
+            model = model.to(device)  # (LlamaModel.to: the weights on this actor's GPU)
         self.inst_id = inst_id
         self.config = config
         self.model = model
@@ -37,6 +85,7 @@ class InstanceActor:
         caches = LocalBackend(model, config, self.device, inst_ids=[inst_id]).caches
         self.caches = {tier: kv for (_, tier), kv in caches.items()}
         self.loop: InstanceLoop | None = None
+        self.requests: PeerRequests | None = None
         self.thread: threading.Thread | None = None
 
     def free_address(self) -> str:
@@ -48,10 +97,8 @@ class InstanceActor:
 
     def start(self, handles: dict, gmanager, spec: GroupSpec) -> None:
         """Join the data plane and start the loop; every member is started at once (the group forms)."""
-        # this instance first: `RManager._home` asks its own tables before any peer's (one actor call each)
-        peers = {self.inst_id: None, **{i: RemoteRManager(i, h) for i, h in sorted(handles.items()) if i != self.inst_id}}
-        self.loop = InstanceLoop(self.inst_id, self.config, self.model, self.caches, self.device, peers,
-                                 gmanager, dict(handles))
+        self.loop = InstanceLoop(self.inst_id, self.config, self.model, self.caches, self.device, gmanager, handles)
+        self.requests = PeerRequests(self.loop)
         plane = self.make_plane(spec)
         self.thread = threading.Thread(target=self.loop.run, args=(plane,), daemon=True)
         self.thread.start()
@@ -60,14 +107,13 @@ class InstanceActor:
         return DataPlane(spec, self.inst_id, self.device)
 
     def reform(self, spec: GroupSpec, dead: list[int], homed_there: list[int]) -> None:
-        """Join a new group without the dead instances (the loop waits for this after a failure)."""
+        """Join a new group without the dead instances (the loop does it at its next iteration boundary)."""
         self.loop.snapshot = {**self.loop.snapshot, "state": "reforming"}
         self.loop.reforms.put((spec, dead, homed_there, self.make_plane))
 
     def stop(self) -> None:
         if self.loop is not None:
             self.loop.stopping = True
-            self.loop.resumed.set()
 
     # --- driver: dispatch, results, observation
     def add_request(self, seq: Sequence) -> None:
@@ -88,27 +134,22 @@ class InstanceActor:
     def snapshot(self) -> dict:
         return self.loop.snapshot
 
-    def pause(self) -> None:
-        """Hold the lockstep loop before its next control phase (sent to the first rank: the others wait on its
-        token); returns once no control phase runs anywhere."""
-        self.loop.pause_requested = True
-        self.loop.paused.wait()
+    def hold(self, holder) -> None:
+        """Returns once the loop holds at its iteration boundary for `holder` (the driver's pause, a DGFM swap);
+        it answers its mail meanwhile, and runs no control phase until every holder let go."""
+        event = threading.Event()
+        self.loop.mailbox.post(self.loop.request_hold, holder, event)
+        event.wait()
 
-    def resume(self) -> None:
-        self.loop.pause_requested = False
-        self.loop.paused.clear()
-        self.loop.resumed.set()
+    def unhold(self, holder) -> None:
+        self.loop.mailbox.post(self.loop.held_by.discard, holder)
 
     def sync_now(self) -> None:
-        """While paused: take in the messages waiting in the inbox, then send a heartbeat of everything changed."""
-        loop = self.loop
-        loop.drain_inbox()
-        if loop.hb_future is not None:  # the loop's last heartbeat lands first: the gManager keeps the newest
-            ray.wait([loop.hb_future])
-        ray.get(loop.gmanager.heartbeat.remote(loop.rm.heartbeat(loop.instance.status())))
+        """While held: take in the messages waiting in the inbox, then send a heartbeat of everything changed."""
+        self.loop.mailbox.call(self.loop.sync_now)
 
     def entries(self):
-        return self.loop.rm.entries()
+        return self.loop.mailbox.call(self.loop.rm.entries)
 
     # --- gManager -> home
     def move_kvcache(self, msg: MoveKVCache) -> None:
@@ -117,46 +158,25 @@ class InstanceActor:
     def swap(self, msg: Swap) -> None:
         self.loop.inbox.put(("swap", msg))
 
-    # --- peers' control phases (served while the token holder waits on them)
+    # --- peers
+    def rm_call(self, sender: int, seq: int, method: str, *args):
+        future = Future()
+        self.loop.mailbox.deliver(sender, seq, getattr(self.requests, method), args, future)
+        return future.result()
+
+    def rm_post(self, sender: int, seq: int, method: str, *args) -> None:
+        self.loop.mailbox.deliver(sender, seq, getattr(self.requests, method), args, None)
+
+    def serve(self, work: PartnerWork) -> float:
+        """Serve home `work.home`'s step here (in this Ray thread, beside the loop)."""
+        return serve(work, self.loop)
+
+    # --- the driver's (and tests') direct view of this rManager, answered by the loop
     def try_move_kvcache(self, req_id: int, num_blocks: int) -> bool:
-        return self.loop.rm.try_move_kvcache(req_id, num_blocks)
-
-    def take_reserved(self, req_id: int, num_blocks: int = 1) -> list[RBlock]:
-        return self.loop.rm.take_reserved(req_id, num_blocks)
-
-    def peer_move_kvcache(self, req_id: int, num_blocks: int, dst_inst: int, src_inst: int | None) -> bool:
-        """A creditor reclaiming what it lent asks the home to move it (infinite-llm 5.2)."""
-        return self.loop.rm.move_kvcache(req_id, num_blocks, dst_inst, src_inst)
-
-    def num_moving(self, req_id: int, src_inst: int) -> int:
-        return self.loop.rm.num_moving(req_id, src_inst)
-
-    def alloc_for_swap(self, req_id: int) -> RBlock:
-        return self.loop.rm.alloc_for_swap(req_id)
-
-    def release(self, block: RBlock) -> None:
-        self.loop.rm.release(block)
+        return self.loop.mailbox.call(self.loop.rm.try_move_kvcache, req_id, num_blocks)
 
     def cancel_reservation(self, req_id: int, num_blocks: int | None) -> None:
-        self.loop.rm.cancel_reservation(req_id, num_blocks)
-
-    def num_reserved_for(self, req_id: int) -> int:
-        return self.loop.rm.num_reserved_for(req_id)
+        self.loop.mailbox.call(self.loop.rm.cancel_reservation, req_id, num_blocks)
 
     def num_lendable(self) -> int:
-        return self.loop.rm.num_lendable
-
-    def num_free(self) -> int:
-        return self.loop.rm.num_free
-
-    def has_table(self, req_id: int) -> bool:
-        return req_id in self.loop.rm.tables
-
-    def table(self, req_id: int) -> list[RBlock] | None:
-        return list(self.loop.rm.tables[req_id]) if req_id in self.loop.rm.tables else None
-
-    def set_table_entry(self, req_id: int, index: int, block: RBlock) -> None:
-        self.loop.rm.set_block(req_id, index, block)
-
-    def next_block_id(self) -> int:
-        return next(self.loop.rm._ids)
+        return self.loop.mailbox.call(lambda: self.loop.rm.num_lendable)

@@ -1,10 +1,8 @@
 """The data plane between instance actors: one torch.distributed group over the live instances (gloo on CPU,
-NCCL on GPU). Ray carries control messages only; tensors (DistAttention's queries and `(out, lse)`, KV blocks
-that move) go point to point here.
-
-The group's members step in lockstep (ray_loop.py): a token passed rank to rank serialises the control phases,
-one `all_gather_object` of the step plans follows, and every tensor exchange of the step is posted as
-non-blocking sends and receives whose sizes both sides know from the plans, so no exchange can deadlock.
+NCCL on GPU), used point to point only: no collective runs after the group forms, so instances that exchange
+nothing never wait for each other. Ray carries control messages; tensors (DistAttention's queries and
+`(out, lse)`, KV blocks that move) go here, posted as non-blocking sends and receives whose sizes both sides
+know from the home's plan (the creditor gets its part of it in a message), so no exchange can deadlock.
 """
 import socket
 from dataclasses import dataclass
@@ -14,7 +12,14 @@ import ray
 import torch
 import torch.distributed as dist
 
-MOVE_TAG, QUERY_TAG, PARTIAL_TAG, TOKEN_TAG = 1, 2, 3, 4
+MOVE, QUERY, PARTIAL = 1, 2, 3  # kinds of message in a home's step
+MAX_LAYERS = 512
+
+
+def tag(home: int, layer: int, kind: int) -> int:
+    """The tag of one message of home `home`'s step: unique per (home, layer, kind), so two instances that take
+    part in the steps of several homes at once match each message to the right receive."""
+    return (home * MAX_LAYERS + layer) * 4 + kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,42 +50,24 @@ class DataPlane:
         self.world_size = len(spec.members)
         dist.init_process_group(spec.backend, init_method=f"tcp://{spec.address}", rank=self.rank,
                                 world_size=self.world_size, timeout=timedelta(seconds=spec.timeout_s))
-        self.messaging_s = 0.0  # time this actor spent waiting on the group (token, plans, tensors)
+        # this group's own handle: a transfer posted after a re-formation by a step of the old group fails
+        # instead of landing in the new group
+        self.group = dist.group.WORLD
 
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
 
-    def take_token(self) -> None:
-        """Wait for the previous rank's control phase to end."""
-        if self.rank:
-            dist.recv(torch.zeros(1, device=self.device), src=self.rank - 1, tag=TOKEN_TAG)
-
-    def pass_token(self) -> None:
-        if self.rank + 1 < self.world_size:
-            dist.send(torch.zeros(1, device=self.device), dst=self.rank + 1, tag=TOKEN_TAG)
-
-    def all_plans(self, plan) -> dict[int, object]:
-        """Every member's plan of this step, by inst_id."""
-        plans = [None] * self.world_size
-        dist.all_gather_object(plans, plan)
-        return dict(zip(self.spec.members, plans))
-
     def post(self, sends: dict[int, torch.Tensor], recvs: dict[int, torch.Tensor], tag: int) -> list:
         """Non-blocking sends and receives by inst_id; returns the works to wait on. NCCL gets them as one group
         (separate NCCL sends and receives between two ranks can wait on each other)."""
         if self.spec.backend == "nccl":
-            ops = [dist.P2POp(dist.isend, t.contiguous(), self.rank_of[i], tag=tag) for i, t in sends.items()]
-            ops += [dist.P2POp(dist.irecv, t, self.rank_of[i], tag=tag) for i, t in recvs.items()]
+            ops = [dist.P2POp(dist.isend, t.contiguous(), self.rank_of[i], self.group, tag) for i, t in sends.items()]
+            ops += [dist.P2POp(dist.irecv, t, self.rank_of[i], self.group, tag) for i, t in recvs.items()]
             return dist.batch_isend_irecv(ops) if ops else []
-        works = [dist.isend(t.contiguous(), dst=self.rank_of[i], tag=tag) for i, t in sends.items()]
-        works += [dist.irecv(t, src=self.rank_of[i], tag=tag) for i, t in recvs.items()]
+        works = [dist.isend(t.contiguous(), dst=self.rank_of[i], group=self.group, tag=tag) for i, t in sends.items()]
+        works += [dist.irecv(t, src=self.rank_of[i], group=self.group, tag=tag) for i, t in recvs.items()]
         return works
-
-
-def wait_all(works: list) -> None:
-    for work in works:
-        work.wait()
 
 
 def pick_backend(device: torch.device) -> str:

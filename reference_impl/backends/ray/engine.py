@@ -5,9 +5,10 @@ Each instance actor runs its own serving loop (ray_loop.py), the gManager actor 
 instances' latest published status plus what was sent to them since.
 
 Failures: a gManager that Ray restarts is rebuilt from full heartbeats (the instances notice its new boot id).
-A dead instance breaks the data-plane group; the survivors stop, the driver forms a new group without it, the
-survivors recompute their running requests and free what the dead instance's requests held, and the requests
-homed on it are re-dispatched with the tokens generated so far (or fail with a reason when they no longer fit).
+A dead instance breaks the data-plane group: its partners' transfers fail, the driver sees it gone, forms a new
+group of the survivors (each joins at its next iteration boundary), the survivors recompute their running
+requests and free what the dead instance's requests held, and the requests homed on it are re-dispatched with
+the tokens generated so far (or fail with a reason when they no longer fit).
 """
 import time
 from dataclasses import replace
@@ -168,12 +169,6 @@ class RayEngine:
             time.sleep(0.05)
             dead = [i for i in self.actors if not self._alive(i)]
         survivors = sorted(set(self.actors) - set(dead))
-        deadline = time.monotonic() + self.ray_config.dist_timeout_s + self.ray_config.timeout_s
-        while survivors and any(ray.get(self.actors[i].snapshot.remote()).get("state") != "broken"
-                                for i in survivors):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the surviving instances did not leave the broken data-plane group")
-            time.sleep(0.01)
         self.num_instance_failures += len(dead)
         orphans = [s for s in self.mirror.values() if self.home_of.get(s.req_id) in dead
                    and s.req_id not in self.done and s.req_id not in self.failed]
@@ -225,7 +220,7 @@ class RayEngine:
     def pause(self) -> None:
         """Hold every loop before its next control phase (no control phase runs anywhere until `resume`)."""
         self.delivered()
-        ray.get(self.actors[min(self.actors)].pause.remote())
+        ray.get([a.hold.remote("driver") for a in self.actors.values()])
 
     def sync_now(self) -> None:
         """While paused: every instance takes in its inbox (all requests added so far) and sends its heartbeat."""
@@ -233,7 +228,7 @@ class RayEngine:
         ray.get([a.sync_now.remote() for a in self.actors.values()])
 
     def resume(self) -> None:
-        ray.get(self.actors[min(self.actors)].resume.remote())
+        ray.get([a.unhold.remote("driver") for a in self.actors.values()])
 
     def restart_gmanager(self) -> None:
         """Kill the gManager actor; Ray restarts it and the instances send it their full state."""

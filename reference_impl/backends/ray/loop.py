@@ -1,13 +1,17 @@
-"""An instance actor's own serving loop, in a thread of the actor, in lockstep with the other instances.
+"""An instance actor's own serving loop, in a thread of the actor; it waits for no instance it shares nothing with.
 
-Each iteration: take the control token from the previous rank; the control phase (the previous step's
-postprocess, the inbox of arrivals, `move_kvcache` and swaps, one chunk of KV moves, the schedule, the step
-plan, a heartbeat to the gManager); pass the token on; all-gather the plans; run the model with DistAttention
-over the data plane while the other instances run theirs.
+Each iteration: the control phase (the previous step's postprocess, the inbox of arrivals, `move_kvcache` and
+swaps, one chunk of KV moves, the schedule, the step plan, a heartbeat to the gManager), then the step: each
+partner of this step (a creditor holding rBlocks of a scheduled request, an instance a KV block moves from or
+to) gets its part of the plan in a message and serves it in a thread of its own actor (serve.py), while this
+loop runs its model with DistAttention over the data plane. A debtor's step so waits only for its creditors'
+MicroAttention and the link; a creditor never waits for its debtors.
 
-Thread safety: the token is the lock of the control plane. An rManager is only touched by the token holder's
-control phase, either directly or through an actor call (`RemoteRManager`) that its actor's threads serve
-while the holder waits; the compute phase reads nothing of the control plane, only the plan it was given.
+State: the rManager, scheduler and instance are this loop thread's alone. Peers, the gManager and the driver
+reach them through the mailbox (mailbox.py), which the loop serves at its control phase, at every layer and
+whenever it waits on a peer; the compute phase reads nothing of the control plane, only the plan it was given.
+A wait on the data plane blocks (gloo completes a transfer only inside `wait`): it waits only for partners'
+serving threads, which never wait for any loop, so it cannot deadlock.
 """
 import os
 import queue
@@ -18,8 +22,11 @@ from dataclasses import dataclass
 
 import ray
 import torch
-from ray.exceptions import RayActorError, RayError
+from ray.exceptions import RayError
 
+from reference_impl.backends.ray.mailbox import Mailbox
+from reference_impl.backends.ray.peers import RemoteRManager
+from reference_impl.backends.ray.serve import PartnerWork
 from reference_impl.backends.ray.step import DistStep, HomePlan, plan_step
 from reference_impl.dgfm import execute_swap
 from reference_impl.instance import Instance
@@ -28,7 +35,7 @@ from reference_impl.rmanager import RManager
 from reference_impl.scheduler import Scheduler
 from reference_impl.sequence import Sequence, Status
 
-IDLE_SLEEP_S = 0.003  # between iterations when no instance has anything to run
+IDLE_WAIT_S = 0.002  # an iteration with nothing to run waits this long on its mailbox
 
 
 @dataclass(slots=True)
@@ -42,48 +49,71 @@ class Batch:
     plan: HomePlan
 
 
+STAT_KEYS = ("num_steps", "num_moves_accepted", "num_moves_refused", "num_full_heartbeats", "num_gmanager_restarts",
+             "num_swaps", "num_copied_blocks", "num_partner_calls")
+TIME_KEYS = ("step_s", "control_s", "compute_s", "wait_s", "messaging_s")
+
+
 class InstanceLoop:
-    def __init__(self, inst_id: int, config, model, caches: dict, device, peers: dict, gmanager, handles: dict):
-        """caches: tier -> (k, v) of this instance; peers: inst_id -> RemoteRManager of every other instance."""
+    def __init__(self, inst_id: int, config, model, caches: dict, device, gmanager, handles: dict):
+        """caches: tier -> (k, v) of this instance; handles: inst_id -> actor handle of every instance."""
         c = config
         self.inst_id, self.config, self.model, self.caches, self.device = inst_id, config, model, caches, device
-        self.gmanager, self.handles = gmanager, handles
-        self.rm = RManager(inst_id, c.blocks_per_instance, c.cpu_blocks_per_instance, c.max_lent_blocks, peers,
-                          exclusive_roles=c.exclusive_roles)
+        self.gmanager, self.handles = gmanager, dict(handles)
+        self.mailbox = Mailbox()
+        self.rm = RManager(inst_id, c.blocks_per_instance, c.cpu_blocks_per_instance, c.max_lent_blocks,
+                           exclusive_roles=c.exclusive_roles)
+        for i, handle in sorted(handles.items()):
+            if i != inst_id:
+                self.rm.peers[i] = RemoteRManager(i, handle, self.rm, self.wait_ref)
         self.scheduler = Scheduler(self.rm, c.block_size, c.max_batch_size, self.recommend if c.pooling else None)
         self.instance = Instance(self.rm, self.scheduler, max(1, c.move_chunk_tokens // c.block_size))
+        if hasattr(model, "wait"):  # a device-time model: its device time passes while this loop serves mail
+            model.wait = self.mailbox.sleep
         self.plane = None
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()  # driver and gManager messages, at the control phase
         self.reforms: queue.SimpleQueue = queue.SimpleQueue()
         self.results_lock = threading.Lock()
         self.tokens: dict[int, tuple[int, list[int]]] = {}  # req_id -> (first index, new tokens) not yet taken
         self.finished: list[tuple] = []  # (req_id, placement, num_preemptions)
         self.last = None  # (seqs, token ids) of the step whose postprocess is due
-        self.pairs: list = []
+        self.pairs: list = []  # KV block pairs of this step: (src inst, tier, address, dst inst, tier, address)
+        self.serving: list = []  # the partners' calls of the previous step
+        self.holds: list[threading.Event] = []  # hold requests to acknowledge at the next iteration boundary
+        self.held_by: set = set()
         self.snapshot = {"state": "starting"}
-        self.stats = {"num_steps": 0, "num_moves_accepted": 0, "num_moves_refused": 0, "num_full_heartbeats": 0,
-                      "num_gmanager_restarts": 0, "num_swaps": 0, "num_copied_blocks": 0, "step_s": 0.0,
-                      "messaging_s": 0.0, "control_s": 0.0}
+        self.stats = {**dict.fromkeys(STAT_KEYS, 0), **dict.fromkeys(TIME_KEYS, 0.0)}
         self.hb_future, self.gm_boot, self.full_heartbeat = None, None, True
-        self.pause_requested, self.paused, self.resumed = False, threading.Event(), threading.Event()
         self.stopping = False
         self.num_added = 0  # requests dispatched here so far (the driver's dispatch counts what is not in yet)
+
+    # --- waiting while serving mail
+    def wait_ref(self, ref):
+        """A peer's or the gManager's reply; this loop answers its own mail meanwhile."""
+        t0 = time.perf_counter()
+        self.mailbox.wait(lambda: bool(ray.wait([ref], timeout=0)[0]))
+        self.stats["messaging_s"] += time.perf_counter() - t0
+        return ray.get(ref)
 
     # --- control plane hooks
     def recommend(self, debtor_inst: int, num_blocks: int) -> list[int]:
         try:
-            candidates = ray.get(self.gmanager.recommend_creditors.remote(debtor_inst, num_blocks))
+            candidates = self.wait_ref(self.gmanager.recommend_creditors.remote(debtor_inst, num_blocks))
         except RayError:  # the gManager is restarting: no hint this time, the scheduler preempts
             return []
         return [i for i in candidates if i in self.rm.peers]
 
     def copy_blocks(self, pairs) -> None:
-        """Backend hook of `advance_moves` and DGFM: the data moves in this step's lockstep exchange."""
-        self.pairs += [(s.inst_id, s.device, s.address, d.inst_id, d.device, d.address) for s, d in pairs]
+        """Backend hook of `advance_moves` and DGFM: the data moves in this step's exchange with the partners."""
+        for s, d in pairs:
+            self.pairs.append((s.inst_id, s.device, s.address, d.inst_id, d.device, d.address))
+            if s.inst_id != self.inst_id:  # read there in this step: released there once read
+                self.rm.peers[s.inst_id].moving_sources.add((s.device, s.address))
         self.stats["num_copied_blocks"] += len(pairs)
 
     # --- the loop
     def run(self, plane) -> None:
+        self.mailbox.owner = threading.get_ident()
         self.plane = plane
         while not self.stopping:
             try:
@@ -94,59 +124,81 @@ class InstanceLoop:
                 where = traceback.extract_tb(err.__traceback__)[-1]
                 text = f"{type(err).__name__}: {str(err).splitlines()[0][:600] if str(err) else ''} " \
                        f"({os.path.basename(where.filename)}:{where.lineno})"
-                self.snapshot = {**self.snapshot, "state": "broken", "error": text}
-                self.plane.close()
-                spec, dead, homed_there, make_plane = self.reforms.get()
-                self.plane = make_plane(spec)
-                self.recover(dead, homed_there)
+                # a failure met on the way to a re-formation already asked for is not a new one
+                state = "broken" if self.reforms.empty() else "reforming"
+                self.snapshot = {**self.snapshot, "state": state, "error": text}
+                self.mailbox.wait(lambda: self.acknowledge_holds() or not self.reforms.empty() or self.stopping)
+                if not self.stopping:
+                    self.rejoin()
 
     def iterate(self) -> None:
-        if self.pause_requested and self.plane.rank == 0:
-            self.paused.set()
-            self.resumed.wait()
-            self.resumed.clear()
+        self.mailbox.serve()
+        if self.holds or self.held_by:
+            self.hold()
+        if not self.reforms.empty():
+            self.rejoin()
         t0 = time.perf_counter()
-        self.plane.take_token()
+        batch, works = self.control()
         t1 = time.perf_counter()
-        plan, batch = self.control()
-        t2 = time.perf_counter()
-        self.plane.pass_token()
-        plans = self.plane.all_plans(plan)
-        t3 = time.perf_counter()
-        self.stats["control_s"] += t2 - t1
-        if not any(p["busy"] for p in plans.values()):
-            time.sleep(IDLE_SLEEP_S)
+        self.stats["control_s"] += t1 - t0
+        if batch is None and not works:
+            self.mailbox.serve(IDLE_WAIT_S)
             return
-        step = DistStep(self.inst_id, self.plane, self.caches, batch and batch.plan, plans, self.model.config,
-                        self.config.block_size, self.model.dtype, self.device)
+        self.exchange(batch, works)
+        self.stats["num_steps"] += 1
+        self.stats["step_s"] += time.perf_counter() - t0
+
+    def exchange(self, batch: Batch | None, works: dict[int, PartnerWork]) -> None:
+        """This step's data plane: the partners' calls, then the model (or only the moves) here."""
+        t0 = time.perf_counter()
+        self.wait_served()
+        self.serving = [self.handles[i].serve.remote(work) for i, work in works.items()]
+        self.stats["num_partner_calls"] += len(works)
+        mine = [p for p in self.pairs if self.inst_id in (p[0], p[3])]
+        step = DistStep(self.inst_id, self.plane, self.caches, batch and batch.plan, {}, mine, self.inst_id,
+                        self.model.config, self.config.block_size, self.model.dtype, self.device)
+        t1 = time.perf_counter()
         with torch.inference_mode():
             if batch:
                 self.last = (batch.seqs, self.forward(batch, step))
             else:
                 for layer in range(self.model.config.num_layers):
                     step.attend(layer)
-        self.stats["num_steps"] += 1
-        self.stats["step_s"] += time.perf_counter() - t0
-        self.stats["messaging_s"] += (t1 - t0) + (t3 - t2) + step.messaging_s
+        self.stats["messaging_s"] += t1 - t0
+        self.stats["wait_s"] += step.messaging_s
+        self.stats["compute_s"] += time.perf_counter() - t1 - step.messaging_s
+
+    def wait_served(self) -> None:
+        """The previous step's partner calls are done (their transfers completed; a failure raises here)."""
+        if self.serving:
+            refs, self.serving = self.serving, []
+            self.mailbox.wait(lambda: len(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) == len(refs))
+            ray.get(refs)
 
     def forward(self, batch: Batch, step: DistStep) -> list[int]:
+        def attend(layer, q, k, v):
+            self.mailbox.serve()
+            return step.attend(layer, q, k, v)
+
         hidden = self.model.forward(torch.tensor(batch.token_ids, device=self.device),
-                                    torch.tensor(batch.positions, device=self.device), step.attend)
+                                    torch.tensor(batch.positions, device=self.device), attend)
         last = torch.tensor(batch.num_new, device=self.device).cumsum(0) - 1
         return self.model.logits(hidden[last]).argmax(-1).tolist()
 
-    def control(self):
-        """The control phase; returns (this step's plan for the others, the batch to run or None)."""
+    def control(self) -> tuple[Batch | None, dict[int, PartnerWork]]:
+        """The control phase; returns the batch to run (or None) and what each partner of the step is asked."""
         if self.last is not None:
             seqs, token_ids = self.last
             self.last = None
             counts = [len(s.output_ids) for s in seqs]
             finished = self.instance.end_step(seqs, token_ids)
             self.report(seqs, counts, finished)
-        self.pairs = []  # before the inbox: a DGFM swap executed there records its block pairs
         self.drain_inbox()
+        self.pairs = []
+        for peer in self.remotes():
+            peer.moving_sources.clear()
         seqs, is_prefill = self.instance.begin_step(self)
-        batch, asks = None, {}
+        batch = None
         if seqs:
             tables = [list(self.rm.tables[s.req_id]) for s in seqs]
             num_tokens = [s.num_tokens for s in seqs]
@@ -154,10 +206,28 @@ class InstanceLoop:
             ids = [t for s in seqs for t in (s.token_ids if is_prefill else s.token_ids[-1:])]
             positions = [p for n, new in zip(num_tokens, num_new) for p in range(n - new, n)]
             plan = plan_step(tables, num_tokens, num_new, self.config.block_size, is_prefill)
-            batch, asks = Batch(seqs, ids, positions, num_new, plan), plan.asks
+            batch = Batch(seqs, ids, positions, num_new, plan)
+        works = self.partner_works(batch.plan if batch else None)
         self.heartbeat()
         self.publish()
-        return {"busy": bool(seqs or self.pairs), "asks": asks, "pairs": self.pairs}, batch
+        return batch, works
+
+    def remotes(self) -> list[RemoteRManager]:
+        return [p for i, p in self.rm.peers.items() if i != self.inst_id]
+
+    def partner_works(self, plan: HomePlan | None) -> dict[int, PartnerWork]:
+        works = {}
+        asks = plan.asks if plan else {}
+        partners = set(asks) | {p[0] for p in self.pairs} | {p[3] for p in self.pairs}
+        partners |= {p.inst_id for p in self.remotes() if p.deferred_releases}
+        for i in sorted(partners - {self.inst_id}):
+            peer = self.rm.peers.get(i)
+            if peer is None:
+                continue
+            works[i] = PartnerWork(self.inst_id, self.plane.spec.address, asks.get(i), [p for p in self.pairs if i in (p[0], p[3])],
+                                   peer.deferred_releases)
+            peer.deferred_releases = []
+        return works
 
     def report(self, seqs, counts, finished) -> None:
         with self.results_lock:
@@ -185,25 +255,75 @@ class InstanceLoop:
             elif kind == "move":
                 accepted = self.rm.move_kvcache(msg.req_id, msg.num_blocks, msg.dst_inst)
                 self.stats["num_moves_accepted" if accepted else "num_moves_refused"] += 1
-            elif kind == "swap" and self.plane.rank != 0:  # swaps run first in a step: before any plan is made
-                self.handles[self.plane.spec.members[0]].swap.remote(msg)
             elif kind == "swap":
-                execute_swap(msg, self.rm.peers, self.copy_blocks)
-                self.gmanager.swap_done.remote(msg)
-                self.stats["num_swaps"] += 1
+                self.swap(msg)
 
+    def swap(self, swap) -> None:
+        """A DGFM swap, carried out while every other instance it touches holds at its iteration boundary (a
+        swap frees and refills full instances at once: nobody may step on the blocks before the data lands)."""
+        involved = sorted({i for _, creditor, home, _ in swap.recalls for i in (creditor, home)} - {self.inst_id})
+        involved = [i for i in involved if i in self.handles]
+        self.wait_ref_all([self.handles[i].hold.remote(self.inst_id) for i in involved])
+        try:
+            self.pairs = []
+            execute_swap(swap, self.rm.peers, self.copy_blocks)
+            works = self.partner_works(None)
+            if works or self.pairs:
+                self.exchange(None, works)
+                self.wait_served()
+            self.pairs = []
+        finally:
+            for i in involved:
+                self.handles[i].unhold.remote(self.inst_id)
+        self.gmanager.swap_done.remote(swap)
+        self.stats["num_swaps"] += 1
+
+    def wait_ref_all(self, refs) -> None:
+        for ref in refs:
+            self.wait_ref(ref)
+
+    # --- holds (the driver's pause, a DGFM swap elsewhere)
+    def request_hold(self, holder, event: threading.Event) -> None:
+        """Mailbox message: hold at the next iteration boundary (`event` is set once there)."""
+        self.held_by.add(holder)
+        self.holds.append(event)
+        if self.mailbox.owner is None:  # the loop has not started: nothing runs
+            self.acknowledge_holds()
+
+    def acknowledge_holds(self) -> None:
+        for event in self.holds:
+            event.set()
+        self.holds = []
+
+    def hold(self) -> None:
+        """At the boundary: no control phase runs here until every holder let go; mail is still answered."""
+        self.acknowledge_holds()
+        self.snapshot = {**self.snapshot, "state": "held"}
+        self.mailbox.wait(self.may_go_on)
+        self.snapshot = {**self.snapshot, "state": "running"}
+
+    def may_go_on(self) -> bool:
+        self.acknowledge_holds()  # a second holder while held: it holds already
+        return not self.held_by or self.stopping
+
+    def sync_now(self) -> None:
+        """Mailbox message while held: take in the inbox, then send a heartbeat of everything changed."""
+        self.drain_inbox()
+        if self.hb_future is not None:  # the loop's last heartbeat lands first: the gManager keeps the newest
+            self.wait_ref(self.hb_future)
+            self.hb_future = None
+        self.on_reply(self.wait_ref(self.gmanager.heartbeat.remote(self.rm.heartbeat(self.instance.status()))))
+        self.publish()
+
+    # --- heartbeats and what they bring back
     def heartbeat(self) -> None:
         """Send this step's heartbeat; a gManager that restarted (new boot id, or the call failed) gets the full
-        placement list next (the papers' failover rule)."""
+        placement list next (the papers' failover rule). The reply carries the gManager's view of the peers."""
         if self.hb_future is not None and ray.wait([self.hb_future], timeout=0)[0]:
             try:
-                boot = ray.get(self.hb_future)
+                self.on_reply(ray.get(self.hb_future))
             except RayError:  # lost with the old incarnation: the new one gets everything
-                boot, self.full_heartbeat = self.gm_boot, True
-            if boot != self.gm_boot and self.gm_boot is not None:
                 self.full_heartbeat = True
-                self.stats["num_gmanager_restarts"] += 1
-            self.gm_boot = boot
             self.hb_future = None
         if self.hb_future is None:
             full = self.full_heartbeat
@@ -211,18 +331,35 @@ class InstanceLoop:
             self.stats["num_full_heartbeats"] += full
             self.hb_future = self.gmanager.heartbeat.remote(self.rm.heartbeat(self.instance.status(), full=full))
 
+    def on_reply(self, reply) -> None:
+        boot, lendable = reply
+        if boot != self.gm_boot and self.gm_boot is not None:
+            self.full_heartbeat = True
+            self.stats["num_gmanager_restarts"] += 1
+        self.gm_boot = boot
+        for peer in self.remotes():
+            peer.view_lendable = lendable.get(peer.inst_id, 0)
+
     def publish(self) -> None:
         rm, s = self.rm, self.scheduler
-        self.snapshot = {"state": "running", "status": self.instance.status(), "num_used": rm.pool.num_used,
+        self.snapshot = {"state": "held" if self.held_by else "running", "status": self.instance.status(), "num_used": rm.pool.num_used,
                          "reserved": dict(rm.reserved), "num_moves": len(rm.moves), "num_tables": len(rm.tables),
                          "num_running": len(s.running), "num_waiting": len(s.waiting), "num_added": self.num_added,
                          "entries": rm.entries(), "stats": dict(self.stats)}
 
     # --- failures
-    def recover(self, dead: list[int], homed_there: list[int]) -> None:
-        """After a peer died: recompute every running request here (the aborted step may have half-written KV
-        or moved blocks), forget the dead peers and free what the requests homed there hold here."""
-        self.plane.take_token()
+    def rejoin(self) -> None:
+        """Leave the broken group, join the survivors' new one (serving mail while it forms), then recompute every
+        running request here (the aborted step may have half-written KV or moved blocks), forget the dead peers
+        and free what the requests homed there hold here."""
+        spec, dead, homed_there, make_plane = self.reforms.get()
+        self.plane.close()
+        self.serving = []
+        joined = {}
+        thread = threading.Thread(target=lambda: joined.setdefault("plane", make_plane(spec)), daemon=True)
+        thread.start()
+        self.mailbox.wait(lambda: not thread.is_alive())
+        self.plane = joined["plane"]
         self.last = None
         for seq in list(self.scheduler.running):
             self.scheduler.preempt(seq)
@@ -239,5 +376,3 @@ class InstanceLoop:
             self.handles.pop(d, None)
         self.full_heartbeat = True
         self.publish()
-        self.plane.pass_token()
-

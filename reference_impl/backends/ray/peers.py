@@ -1,21 +1,30 @@
 """A peer instance's rManager seen from inside an instance actor, shaped like `RManager` so that the unchanged
-control plane (rmanager.py, dgfm.py) runs on it: each read or call is one message to the peer's actor
-(ray_actors.py), made while this instance holds the control token (ray_loop.py).
+control plane (rmanager.py, kv_moves.py, dgfm.py) runs on it. Nothing here reads the peer's state directly:
+- what admission and creditor choice read about a peer (`num_lendable`) is the gManager's last view of it
+  (carried back in heartbeat replies), lowered by what this instance reserved there since; a stale view only
+  makes a `try_move_kvcache` be refused, and the protocol retries;
+- what changes a peer (reservations, blocks, releases, table entries) is a message to the peer's loop thread
+  (mailbox.py), numbered per sender so that the peer applies this instance's messages in the order sent. A call
+  with a reply waits for it while this loop keeps answering its own mail.
 
 Calls that clean up on a peer (release, cancel a reservation) or ask it for room succeed quietly when the peer
 is dead: its blocks are gone with it, and the driver's recovery recomputes the requests that had KV there.
 """
+import itertools
+
 import ray
 from ray.exceptions import RayActorError
 
 from reference_impl.rblock import RBlock
 
+_DEAD = object()
+
 
 class RemoteTable:
     """One request's block table on its home actor: a snapshot to read; item assignment writes through."""
 
-    def __init__(self, handle, req_id: int, blocks: list[RBlock]):
-        self.handle, self.req_id, self.blocks = handle, req_id, blocks
+    def __init__(self, peer: "RemoteRManager", req_id: int, blocks: list[RBlock]):
+        self.peer, self.req_id, self.blocks = peer, req_id, blocks
 
     def __iter__(self):
         return iter(self.blocks)
@@ -28,86 +37,99 @@ class RemoteTable:
 
     def __setitem__(self, index: int, block: RBlock) -> None:
         self.blocks[index] = block
-        ray.get(self.handle.set_table_entry.remote(self.req_id, index, block))
+        self.peer.set_block(self.req_id, index, block)
 
 
 class RemoteTables:
-    def __init__(self, handle):
-        self.handle = handle
-
-    def _table(self, req_id: int):
-        try:
-            return ray.get(self.handle.table.remote(req_id))
-        except RayActorError:
-            return None
+    def __init__(self, peer: "RemoteRManager"):
+        self.peer = peer
 
     def __contains__(self, req_id: int) -> bool:
-        try:
-            return ray.get(self.handle.has_table.remote(req_id))
-        except RayActorError:
-            return False
+        return self.peer.ask("has_table", req_id, default=False)
 
     def __getitem__(self, req_id: int) -> RemoteTable:
-        blocks = self._table(req_id)
+        blocks = self.peer.ask("table", req_id, default=None)
         if blocks is None:
             raise KeyError(req_id)
-        return RemoteTable(self.handle, req_id, blocks)
-
-
-class RemoteIds:
-    """The home actor's rBlock id counter (`RManager._ids`)."""
-
-    def __init__(self, handle):
-        self.handle = handle
-
-    def __next__(self) -> int:
-        return ray.get(self.handle.next_block_id.remote())
+        return RemoteTable(self.peer, req_id, blocks)
 
 
 class RemoteRManager:
-    def __init__(self, inst_id: int, handle):
-        self.inst_id = inst_id
-        self.handle = handle
-        self.tables = RemoteTables(handle)
-        self._ids = RemoteIds(handle)
+    def __init__(self, inst_id: int, handle, me, wait_ref):
+        """me: this instance's RManager (the sender); wait_ref(ref): its loop's way to wait for a reply."""
+        self.inst_id, self.handle, self.me, self.wait_ref = inst_id, handle, me, wait_ref
+        self.tables = RemoteTables(self)
+        self.seq = itertools.count()
+        self.view_lendable = 0  # the gManager's last view of this peer, minus reservations made here since
+        self.mirror: dict[int, int] = {}  # req_id -> blocks reserved there for this instance's requests
+        self.moving_sources: set[tuple[str, int]] = set()  # (tier, address) there read by this step's moves
+        self.deferred_releases: list[RBlock] = []  # released by the peer once it has read them (this step)
 
-    def _quiet(self, method, default, *args):
+    # --- the channel
+    def send(self, method: str, *args) -> None:
+        """`method` on the peer's rManager, no answer awaited."""
+        self.handle.rm_post.remote(self.me.inst_id, next(self.seq), method, *args)
+
+    def ask(self, method: str, *args, default=_DEAD):
+        """Call `method` on the peer's rManager and wait for the answer (`default` when the peer is dead)."""
         try:
-            return ray.get(method.remote(*args))
+            return self.wait_ref(self.handle.rm_call.remote(self.me.inst_id, next(self.seq), method, *args))
         except RayActorError:
+            if default is _DEAD:
+                raise
             return default
 
-    @property
-    def num_free(self) -> int:
-        return self._quiet(self.handle.num_free, 0)
-
+    # --- what admission and creditor choice read
     @property
     def num_lendable(self) -> int:
-        return self._quiet(self.handle.num_lendable, 0)
+        return self.view_lendable
 
+    # --- reservations and blocks for this instance's requests
     def try_move_kvcache(self, req_id: int, num_blocks: int) -> bool:
-        return self._quiet(self.handle.try_move_kvcache, False, req_id, num_blocks)
-
-    def move_kvcache(self, req_id: int, num_blocks: int, dst_inst: int, src_inst: int | None = None) -> bool:
-        return self._quiet(self.handle.peer_move_kvcache, False, req_id, num_blocks, dst_inst, src_inst)
-
-    def num_moving(self, req_id: int, src_inst: int) -> int:
-        return self._quiet(self.handle.num_moving, 0, req_id, src_inst)
-
-    def set_block(self, req_id: int, index: int, block: RBlock) -> None:
-        ray.get(self.handle.set_table_entry.remote(req_id, index, block))
-
-    def take_reserved(self, req_id: int, num_blocks: int = 1) -> list[RBlock]:
-        return ray.get(self.handle.take_reserved.remote(req_id, num_blocks))
-
-    def alloc_for_swap(self, req_id: int) -> RBlock:
-        return ray.get(self.handle.alloc_for_swap.remote(req_id))
-
-    def release(self, block: RBlock) -> None:
-        self._quiet(self.handle.release, None, block)
-
-    def cancel_reservation(self, req_id: int, num_blocks: int | None = None) -> None:
-        self._quiet(self.handle.cancel_reservation, None, req_id, num_blocks)
+        ok = self.ask("try_move_kvcache", req_id, num_blocks, self.me.inst_id, default=False)
+        if ok:
+            self.mirror[req_id] = self.mirror.get(req_id, 0) + num_blocks
+            self.view_lendable = max(0, self.view_lendable - num_blocks)
+        return ok
 
     def num_reserved_for(self, req_id: int) -> int:
-        return self._quiet(self.handle.num_reserved_for, 0, req_id)
+        return self.mirror.get(req_id, 0)
+
+    def take_reserved(self, req_id: int, num_blocks: int = 1) -> list[RBlock]:
+        """Blocks from the reservation, with ids from this (home) instance's counter; fewer (none) when the
+        peer took its room back meanwhile."""
+        ids = [next(self.me._ids) for _ in range(num_blocks)]
+        blocks = self.ask("take_reserved", req_id, num_blocks, self.me.inst_id, ids, default=[])
+        left = self.mirror.get(req_id, 0) - num_blocks
+        if left > 0 and len(blocks) == num_blocks:
+            self.mirror[req_id] = left
+        else:
+            self.mirror.pop(req_id, None)
+        return blocks
+
+    def cancel_reservation(self, req_id: int, num_blocks: int | None = None) -> None:
+        left = 0 if num_blocks is None else self.mirror.get(req_id, 0) - num_blocks
+        if left > 0:
+            self.mirror[req_id] = left
+        else:
+            self.mirror.pop(req_id, None)
+        self.send("cancel_reservation", req_id, num_blocks)
+
+    def release(self, block: RBlock) -> None:
+        if (block.device, block.address) in self.moving_sources:
+            self.deferred_releases.append(block)  # the peer still has to read it for this step's move
+        else:
+            self.send("release", block)
+
+    # --- the home side of a request homed there (a creditor reclaiming, a DGFM swap)
+    def move_kvcache(self, req_id: int, num_blocks: int, dst_inst: int, src_inst: int | None = None) -> bool:
+        return self.ask("move_kvcache", req_id, num_blocks, dst_inst, src_inst, default=False)
+
+    def num_moving(self, req_id: int, src_inst: int) -> int:
+        return self.ask("num_moving", req_id, src_inst, default=0)
+
+    def set_block(self, req_id: int, index: int, block: RBlock) -> None:
+        self.ask("set_block", req_id, index, block, default=None)
+
+    def alloc_for_swap(self, req_id: int) -> RBlock:
+        return self.ask("alloc_for_swap", req_id)

@@ -1,12 +1,14 @@
-"""One lockstep step of DistAttention across instance actors, over the data plane (ray_dataplane.py).
+"""One home's step of DistAttention across instance actors, over the data plane (dataplane.py).
 
 The home plans its step over its requests' block tables (`plan_step`): for each location (instance) holding
 rBlocks of a sequence it writes an `Ask`: the new tokens' K/V to store there and the query rows to attend with.
-The plans are all-gathered, so every creditor knows what each debtor will send it per layer. Per layer
-(`DistStep.attend`): the home sends each creditor its query rows and K/V, each creditor writes the K/V and runs
-MicroAttention over its debtors' rows batched with its own rows in one call per tier (the papers' Fig 6), sends
-back `(out, lse)`, and the home merges the partials with `scale_reduce`. KV blocks that move travel in the
-same step, one message per peer and layer posted at the start and awaited just before that layer's attention.
+Each creditor gets its own Ask (and the KV block moves it takes part in) in a message from the home, and serves
+it in a `DistStep` of its own (serve.py) while its loop runs its own steps. Per layer (`DistStep.attend`): the
+home sends each creditor its query rows and K/V, the creditor writes the K/V and runs MicroAttention over the
+rows in one call per tier, sends back `(out, lse)`, and the home merges the partials with `scale_reduce`. KV
+blocks that move travel in the same step, one message per peer and layer posted at the start and awaited just
+before that layer's attention. Every message of a home's step is tagged with the home (dataplane.tag), so
+steps of different homes between the same two instances never match each other's messages.
 """
 import math
 import time
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from reference_impl.backends.ray.dataplane import MOVE_TAG, PARTIAL_TAG, QUERY_TAG, wait_all
+from reference_impl.backends.ray.dataplane import MOVE, PARTIAL, QUERY, tag
 from reference_impl.kernels import micro_attention, scale_reduce
 from reference_impl.kv_layer import causal_partial_attention
 
@@ -96,24 +98,24 @@ def merge(parts):
 
 
 class DistStep:
-    """This instance's share of one lockstep step: its own plan (None when it runs nothing), the asks of its
-    debtors and every KV block pair that moves, from the all-gathered plans."""
+    """This instance's share of home `home`'s step: on the home, its plan (None when the step only moves KV); on a
+    creditor serving it, the home's Ask (`debtors` = {home: ask}); on both, the KV block pairs of the step that
+    this instance reads or writes."""
 
-    def __init__(self, inst_id: int, plane, caches: dict, plan: HomePlan | None, plans: dict, model_config,
-                 block_size: int, dtype, device):
+    def __init__(self, inst_id: int, plane, caches: dict, plan: HomePlan | None, debtors: dict, pairs: list,
+                 home: int, model_config, block_size: int, dtype, device):
         c = model_config
-        self.inst_id, self.plane, self.caches, self.plan = inst_id, plane, caches, plan
+        self.inst_id, self.plane, self.caches, self.plan, self.home = inst_id, plane, caches, plan, home
         self.messaging_s = 0.0  # waiting on the data plane's transfers
         self.block_size, self.dtype, self.device = block_size, dtype, device
         self.hq, self.hkv, self.d = c.num_heads, c.num_kv_heads, c.head_dim
         self.creditors = [i for i in (plan.asks if plan else {}) if i != inst_id]
-        self.debtors = {i: p["asks"][inst_id] for i, p in sorted(plans.items())
-                        if i != inst_id and inst_id in p["asks"]}
+        self.debtors = dict(debtors)
         jobs = dict(self.debtors)
         if plan and inst_id in plan.asks:
             jobs[inst_id] = plan.asks[inst_id]
         self._prepare_compute(jobs)
-        self._start_moves([tuple(pair) for _, p in sorted(plans.items()) for pair in p["pairs"]], c.num_layers)
+        self._start_moves([tuple(pair) for pair in pairs], c.num_layers)
 
     # --- KV block moves
     def _start_moves(self, pairs: list[Pair], num_layers: int) -> None:
@@ -133,7 +135,7 @@ class DistStep:
                                 for _ in range(num_layers)] for src, dsts in self.incoming.items()}
         self.move_works = [self.plane.post({dst: x[layer] for dst, x in staged.items()},
                                            {src: bufs[layer] for src, bufs in self.move_bufs.items()},
-                                           MOVE_TAG + 8 * layer) for layer in range(num_layers)]
+                                           tag(self.home, layer, MOVE)) for layer in range(num_layers)]
 
     def _land_moves(self, layer: int) -> None:
         self._wait(self.move_works[layer])
@@ -146,7 +148,8 @@ class DistStep:
 
     def _wait(self, works) -> None:
         t0 = time.perf_counter()
-        wait_all(works)
+        for work in works:
+            work.wait()
         self.messaging_s += time.perf_counter() - t0
 
     # --- attention for this instance and its debtors
@@ -204,7 +207,7 @@ class DistStep:
                                v[plan.w_rows.get(c, [])].flatten()]) for c in self.creditors}
         recvs = {d: torch.empty(self._query_size(a), dtype=self.dtype, device=self.device)
                  for d, a in self.debtors.items()}
-        self._wait(self.plane.post(sends, recvs, QUERY_TAG + 8 * layer))
+        self._wait(self.plane.post(sends, recvs, tag(self.home, layer, QUERY)))
         inputs = {d: self._unpack_query(msg, self.debtors[d]) for d, msg in recvs.items()}
         if plan and self.inst_id in plan.asks:
             rows, w = plan.q_rows.get(self.inst_id, []), plan.w_rows.get(self.inst_id, [])
@@ -213,7 +216,7 @@ class DistStep:
         width = self.hq * self.d + self.hq
         sends = {d: answers[self.row_start[d]:self.row_start[d] + a.num_rows] for d, a in self.debtors.items()}
         recvs = {c: torch.empty(plan.asks[c].num_rows, width, device=self.device) for c in self.creditors}
-        self._wait(self.plane.post(sends, recvs, PARTIAL_TAG + 8 * layer))
+        self._wait(self.plane.post(sends, recvs, tag(self.home, layer, PARTIAL)))
         if plan is None:
             return None
         if self.inst_id in plan.asks:

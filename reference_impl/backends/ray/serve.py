@@ -1,0 +1,40 @@
+"""A creditor's side of a home's step: the part of the plan the home sent it, served in a thread of the creditor's
+actor while the creditor's own loop runs its own steps (a dedicated path: the home waits only for this
+MicroAttention and the link, and the creditor never waits for its debtors).
+
+Thread safety: this thread touches only the rBlocks of the home's requests (stored and attended as the home's
+plan says) and the blocks of the step's moves; the rManager stays the loop's, so releases of the blocks moved
+out of here go to the loop's mailbox once they have been read.
+"""
+from dataclasses import dataclass, field
+
+import torch
+
+from reference_impl.backends.ray.step import Ask, DistStep
+from reference_impl.rblock import RBlock
+
+
+@dataclass(slots=True)
+class PartnerWork:
+    """What home `home` asks one partner to do in one of its steps."""
+
+    home: int
+    group: str  # the data-plane group it was planned in (a work of a group since re-formed is dropped)
+    ask: Ask | None  # attention over the home's rBlocks here; None: this step only moves KV here or from here
+    pairs: list[tuple] = field(default_factory=list)  # KV block pairs of the step this partner reads or writes
+    releases: list[RBlock] = field(default_factory=list)  # blocks moved out of here: released once read
+
+
+def serve(work: PartnerWork, loop) -> float:
+    """Run `work` on `loop`'s instance; returns the seconds spent waiting on the data plane."""
+    plane = loop.plane
+    if plane is None or plane.spec.address != work.group:
+        return 0.0
+    step = DistStep(loop.inst_id, plane, loop.caches, None, {work.home: work.ask} if work.ask else {},
+                    work.pairs, work.home, loop.model.config, loop.config.block_size, loop.model.dtype, loop.device)
+    for block in work.releases:  # read: the moves' sources were staged when the step was made
+        loop.mailbox.post(loop.rm.release, block)
+    with torch.inference_mode():
+        for layer in range(loop.model.config.num_layers):
+            step.attend(layer)
+    return step.messaging_s

@@ -1,0 +1,55 @@
+"""The instance loop's mailbox: a peer's messages run in the order that peer sent them, whatever order Ray's
+threads deliver them in; a call from another thread gets the loop thread's answer (or its exception); a loop
+that waits keeps answering its mail, so two loops asking each other at once both get their answers."""
+import threading
+
+import pytest
+
+from reference_impl.backends.ray.mailbox import Mailbox
+
+
+def test_messages_of_one_sender_run_in_the_order_sent_whatever_order_they_arrive_in():
+    box, ran = Mailbox(), []
+    for sender, seq in [(7, 2), (7, 0), (9, 1), (9, 0), (7, 1), (7, 4)]:
+        box.deliver(sender, seq, ran.append, ((sender, seq),), None)
+    box.serve()
+    assert [r for r in ran if r[0] == 7] == [(7, 0), (7, 1), (7, 2)]  # (7, 4) waits for (7, 3)
+    assert [r for r in ran if r[0] == 9] == [(9, 0), (9, 1)]
+    box.deliver(7, 3, ran.append, ((7, 3),), None)
+    box.serve()
+    assert ran[-2:] == [(7, 3), (7, 4)]
+
+
+def test_a_call_from_another_thread_runs_on_the_loop_thread_and_returns_or_raises():
+    box, stop = Mailbox(), threading.Event()
+    loop = threading.Thread(target=lambda: box.wait(stop.is_set))
+    loop.start()
+    box.owner = loop.ident
+    try:
+        assert box.call(threading.get_ident) == loop.ident
+        with pytest.raises(ZeroDivisionError):
+            box.call(lambda: 1 / 0)
+    finally:
+        stop.set()
+        loop.join()
+    assert box.call(lambda: 5) == 5  # no loop thread is needed on the owner's own thread
+
+
+def test_two_loops_waiting_on_each_other_both_get_their_answers():
+    a, b = Mailbox(), Mailbox()
+    answers = {}
+
+    def run(me, other, name):
+        me.owner = threading.get_ident()
+        done = threading.Event()
+        # a call to the other loop made without blocking this one: this loop serves its own mail while it waits
+        threading.Thread(target=lambda: (answers.setdefault(name, other.call(lambda: name + "!")), done.set())).start()
+        assert me.wait(done.is_set, timeout_s=10)
+        me.wait(lambda: len(answers) == 2, timeout_s=10)  # keep serving until the other loop is answered too
+
+    threads = [threading.Thread(target=run, args=(a, b, "a")), threading.Thread(target=run, args=(b, a, "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert answers == {"a": "a!", "b": "b!"}
