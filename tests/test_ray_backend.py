@@ -270,3 +270,47 @@ def test_dgfm_swap_while_the_loops_run_keeps_the_tokens():
         assert_idle(engine)
     finally:
         engine.shutdown()
+
+
+def test_an_instance_held_does_not_stop_one_that_shares_nothing_with_it():
+    """No cluster-wide lockstep: while instance 0 holds at its iteration boundary (no control phase, no step),
+    instance 1 serves its own requests to the end with the local backend's tokens; in lockstep it would wait for
+    instance 0's control token at its first step."""
+    engine = RayEngine(EngineConfig(2, 16, block_size=4, pooling=False), MODEL)
+    try:
+        ray.get(engine.actors[0].hold.remote("test"))
+        seqs = [Sequence(i, list(p), NUM_NEW) for i, p in enumerate(PROMPTS[:2])]
+        for seq in seqs:
+            engine.add_request(seq, 1)
+        wait_for(engine, lambda e: all(len(s.output_ids) == NUM_NEW for s in seqs))
+        assert engine.snapshots[0].get("state") in ("held", "starting")
+        want = local_generate(MODEL, PROMPTS[:2], NUM_NEW, EngineConfig(1, 32, block_size=4), ignore_eos=True)
+        assert [s.output_ids for s in seqs] == want.token_ids
+        ray.get(engine.actors[0].unhold.remote("test"))
+        late = Sequence(9, list(PROMPTS[0]), NUM_NEW)
+        engine.add_request(late, 0)
+        engine.run()
+        assert late.output_ids == want.token_ids[0]
+    finally:
+        engine.shutdown()
+
+
+def test_bench_ray_device_time_scaling_and_pooled_runs(tmp_path):
+    """`repro bench ray` with the device-time model: per run the fields of the scaling table, tokens equal to a
+    local run (the command fails otherwise), N independent engines beside pooling-off runs, and with pooling on
+    the debtors' KV spread (blocks moved or borrowed) with their own step and wait times."""
+    out = tmp_path / "scaling.json"
+    base = ["bench", "ray", "--model", "device-time:2ms", "--requests-per-instance", "2", "--max-new-tokens", "6",
+            "--prompt-len", "8", "--block-size", "4", "--repeats", "1"]
+    result = CliRunner().invoke(cli, base + ["--instances", "1,2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())
+    assert [r["num_instances"] for r in rows] == [1, 2] and all(r["pooling"] == "off" for r in rows)
+    for r in rows:
+        assert r["tok_s"] > 0 and r["independent_tok_s"] > 0 and r["step_ms"] >= 2.0
+        assert {"control_ms", "wait_ms", "messaging_ms", "compute_ms", "load_before"} <= set(r)
+    result = CliRunner().invoke(cli, base + ["--instances", "2", "--pooling", "on", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    (pooled,) = json.loads(out.read_text())
+    assert pooled["independent_tok_s"] is None and pooled["debtor_step_ms"] > 0 and pooled["creditor_step_ms"] > 0
+    assert pooled["debtor_wait_ms"] > 0  # every debtor step waited for its creditor's MicroAttention

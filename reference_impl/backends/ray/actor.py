@@ -73,12 +73,14 @@ class PeerRequests:
 
 @ray.remote(max_concurrency=MAX_CONCURRENCY)
 class InstanceActor:
-    def __init__(self, inst_id: int, model, config: EngineConfig, device: str = "cpu"):
+    def __init__(self, inst_id: int, model, config: EngineConfig, device: str = "cpu",
+                 heartbeat_interval_s: float = 0.0):
         torch.set_num_threads(int(os.environ.get("REPRO_RAY_TORCH_THREADS", "1")))
         if device != "cpu":
             torch.cuda.set_device(0)
             model = model.to(device)  # (LlamaModel.to: the weights on this actor's GPU)
         self.inst_id = inst_id
+        self.heartbeat_interval_s = heartbeat_interval_s
         self.config = config
         self.model = model
         self.device = torch.device(device)
@@ -97,7 +99,8 @@ class InstanceActor:
 
     def start(self, handles: dict, gmanager, spec: GroupSpec) -> None:
         """Join the data plane and start the loop; every member is started at once (the group forms)."""
-        self.loop = InstanceLoop(self.inst_id, self.config, self.model, self.caches, self.device, gmanager, handles)
+        self.loop = InstanceLoop(self.inst_id, self.config, self.model, self.caches, self.device, gmanager, handles,
+                                 self.heartbeat_interval_s)
         self.requests = PeerRequests(self.loop)
         plane = self.make_plane(spec)
         self.thread = threading.Thread(target=self.loop.run, args=(plane,), daemon=True)

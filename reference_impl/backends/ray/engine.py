@@ -64,7 +64,7 @@ class RayEngine:
         self.actors = {i: InstanceActor.options(
             num_cpus=rc.cpus_per_instance, num_gpus=rc.gpus_per_instance,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
-        ).remote(i, model_ref, config, device) for i in range(config.num_instances)}
+        ).remote(i, model_ref, config, device, rc.gmanager_interval_s / 2) for i in range(config.num_instances)}
         gm_config = gmanager_config or GManagerConfig(block_size=config.block_size)
         interval_s = rc.gmanager_interval_s if config.pooling and config.gmanager_interval_steps else 0.0
         self.gm_actor = GManagerActor.options(max_restarts=-1, num_cpus=0).remote(

@@ -55,8 +55,10 @@ TIME_KEYS = ("step_s", "control_s", "compute_s", "wait_s", "messaging_s")
 
 
 class InstanceLoop:
-    def __init__(self, inst_id: int, config, model, caches: dict, device, gmanager, handles: dict):
-        """caches: tier -> (k, v) of this instance; handles: inst_id -> actor handle of every instance."""
+    def __init__(self, inst_id: int, config, model, caches: dict, device, gmanager, handles: dict,
+                 heartbeat_interval_s: float = 0.0):
+        """caches: tier -> (k, v) of this instance; handles: inst_id -> actor handle of every instance;
+        heartbeat_interval_s: the least time between two heartbeats (the gManager's rounds need no more)."""
         c = config
         self.inst_id, self.config, self.model, self.caches, self.device = inst_id, config, model, caches, device
         self.gmanager, self.handles = gmanager, dict(handles)
@@ -84,6 +86,7 @@ class InstanceLoop:
         self.snapshot = {"state": "starting"}
         self.stats = {**dict.fromkeys(STAT_KEYS, 0), **dict.fromkeys(TIME_KEYS, 0.0)}
         self.hb_future, self.gm_boot, self.full_heartbeat = None, None, True
+        self.heartbeat_interval_s, self.next_heartbeat_s = heartbeat_interval_s, 0.0
         self.stopping = False
         self.num_added = 0  # requests dispatched here so far (the driver's dispatch counts what is not in yet)
 
@@ -325,7 +328,8 @@ class InstanceLoop:
             except RayError:  # lost with the old incarnation: the new one gets everything
                 self.full_heartbeat = True
             self.hb_future = None
-        if self.hb_future is None:
+        if self.hb_future is None and (self.full_heartbeat or time.perf_counter() >= self.next_heartbeat_s):
+            self.next_heartbeat_s = time.perf_counter() + self.heartbeat_interval_s
             full = self.full_heartbeat
             self.full_heartbeat = False
             self.stats["num_full_heartbeats"] += full
