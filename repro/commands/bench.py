@@ -10,9 +10,8 @@ BENCHMARKS = {
                "Tiny-model decode tok/s: the engine with KV on one instance or spread over several (DistAttention "
                "over remote rBlocks, merged with scale_reduce), and a contiguous-KV decode loop of the same model."),
     "ray": ("repro.commands.bench_ray:bench_ray",
-            "Random LLaMA (--layers, --hidden): tok/s of 1, 2, ... instances with the same requests per instance, "
-            "on Ray (each instance an actor, all stepping at once) and on the local backend, and the time per step "
-            "the Ray instances spend in messaging."),
+            "tok/s of 1, 2, ... instances with the same requests per instance on Ray, beside N independent "
+            "engines, and where a step's time goes: control phase, compute, waiting for partners, messaging."),
 }
 
 
