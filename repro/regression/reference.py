@@ -90,7 +90,8 @@ def check_case(case: RegressionCase, reference_doc: dict) -> tuple[list[Moved], 
     if entry is None:
         raise InputError(f"the regression reference has no case {case.name!r}; re-bless with `{BLESS_COMMAND}`")
     current = case.run()
-    return compare(case.name, entry["numbers"], current, reference_doc["rel_tol"]), len(current)
+    num_compared = len(set(entry["numbers"]) | set(current))
+    return compare(case.name, entry["numbers"], current, reference_doc["rel_tol"]), num_compared
 
 
 def moved_message(moved: list[Moved], num_compared: int) -> str:
@@ -105,7 +106,7 @@ def moved_message(moved: list[Moved], num_compared: int) -> str:
         if len(own) > MAX_LINES_PER_CASE:
             lines.append(f"    ... and {len(own) - MAX_LINES_PER_CASE} more")
     lines.append("They feed: " + "; ".join(BY_NAME[name].feeds for name in cases) + ".")
-    targets = " ".join(f"make {BY_NAME[name].make_target}" for name in cases)
+    targets = "make " + " ".join(BY_NAME[name].make_target for name in cases)
     lines.append(f"If the change is intended: re-bless with `{BLESS_COMMAND}` (review the diff of "
                  f"{REFERENCE_PATH.relative_to(REFERENCE_PATH.parents[2])}), then refresh the committed results "
                  f"with {targets}.")
