@@ -150,6 +150,8 @@ class KVMoves:
         for req_id in sorted((r for r in self.hosted if r not in self.tables), key=lambda r: (-self.hosted[r], r)):
             if leaving >= num_blocks:
                 break
+            if req_id not in self.hosted:  # released meanwhile (a peer in another process acts while this waits)
+                continue
             home = self.peers[self._home(req_id)]
             want = min(num_blocks - leaving, self.hosted[req_id])
             pending = home.num_moving(req_id, self.inst_id)

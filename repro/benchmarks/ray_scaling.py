@@ -37,6 +37,7 @@ class ScalingRun:
     debtor_step_ms: float | None  # pooling on: the even instances (their KV spreads) ...
     debtor_wait_ms: float | None
     creditor_step_ms: float | None  # ... and the odd ones (they lend and serve MicroAttention)
+    served_compute_ms: float | None  # a creditor's work for one served debtor step (MicroAttention, KV stores)
     num_moved_blocks: int
     independent_tok_s: float | None  # N single-instance engines run at once with the same requests
     load_before: float
@@ -51,6 +52,7 @@ class ScalingRun:
                    per_step["messaging_s"],
                    *(1e3 * roles[r][k] if pooling == "on" else None
                      for r, k in (("debtor", "step_s"), ("debtor", "wait_s"), ("creditor", "step_s"))),
+                   1e3 * stats["served_compute_s"] if pooling == "on" else None,
                    stats["num_moved_blocks"], independent, load_before, load_after)
 
 
@@ -114,7 +116,8 @@ def _start(engine, work: Workload, first_id: int, homes=None) -> list[Sequence]:
 def _stats_delta(engine, before: dict) -> dict[int, dict]:
     time.sleep(0.05)  # the stats of the last step are published at the next control phase
     engine.poll()
-    return {i: {k: s[k] - before.get(i, {}).get(k, 0) for k in (*TIMES, "num_steps", "num_copied_blocks")}
+    keys = (*TIMES, "serve_compute_s", "num_steps", "num_copied_blocks", "num_served")
+    return {i: {k: s[k] - before.get(i, {}).get(k, 0) for k in keys}
             for i, s in engine.stats().items()}
 
 
@@ -155,8 +158,10 @@ def _breakdown(deltas: list[dict[int, dict]], n: int) -> dict:
 
     debtors = [i for i in range(n) if i % 2 == 0 and i + 1 < n]
     creditors = [i for i in range(n) if i % 2 == 1]
+    served = sum(d[i]["num_served"] for d in deltas for i in d)
     return {"per_step": per_step(range(n)), "roles": {"debtor": per_step(debtors), "creditor": per_step(creditors)},
-            "num_moved_blocks": sum(d[i]["num_copied_blocks"] for d in deltas for i in d)}
+            "num_moved_blocks": sum(d[i]["num_copied_blocks"] for d in deltas for i in d),
+            "served_compute_s": sum(d[i]["serve_compute_s"] for d in deltas for i in d) / max(1, served)}
 
 
 def run_independent(model, work: Workload, ray_config, repeats: int) -> float:

@@ -84,6 +84,12 @@ def bench_ray(model_spec, instance_counts, pooling, requests_per_instance, promp
         click.echo(f"{r.num_instances:4d} {r.pooling:>4} {r.tok_s:8.1f} {r.tok_s / (r.num_instances * base):5.2f} "
                    f"{indep} {r.step_ms:7.1f} {r.control_ms:7.2f} {r.compute_ms:7.1f} {r.wait_ms:7.2f} "
                    f"{r.messaging_ms:6.2f}  {r.load_before:.1f}-{r.load_after:.1f}")
+    for r in runs:
+        if r.pooling == "on":
+            click.echo(f"{r.num_instances:4d} instances, pooling on: debtor step {r.debtor_step_ms:.1f} ms, of which "
+                       f"{r.debtor_wait_ms:.2f} waiting for creditors; a creditor's work per served step "
+                       f"{r.served_compute_ms:.2f} ms; creditor step {r.creditor_step_ms:.1f} ms; "
+                       f"{r.num_moved_blocks} blocks moved")
     if out:
         rows = [{**asdict(r), "efficiency": r.tok_s / (r.num_instances * base)} for r in runs]
         write_text_atomic(out, json.dumps(rows, indent=1) + "\n")

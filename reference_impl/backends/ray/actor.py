@@ -9,6 +9,7 @@ the data plane is torch.distributed (dataplane.py).
 """
 import os
 import threading
+import time
 from concurrent.futures import Future
 
 import ray
@@ -170,9 +171,13 @@ class InstanceActor:
     def rm_post(self, sender: int, seq: int, method: str, *args) -> None:
         self.loop.mailbox.deliver(sender, seq, getattr(self.requests, method), args, None)
 
-    def serve(self, work: PartnerWork) -> float:
+    def serve(self, work: PartnerWork) -> None:
         """Serve home `work.home`'s step here (in this Ray thread, beside the loop)."""
-        return serve(work, self.loop)
+        t0 = time.perf_counter()
+        waited_s = serve(work, self.loop)
+        with self.loop.results_lock:  # (the loop publishes its stats from its own thread)
+            self.loop.stats["num_served"] += 1
+            self.loop.stats["serve_compute_s"] += time.perf_counter() - t0 - waited_s
 
     # --- the driver's (and tests') direct view of this rManager, answered by the loop
     def try_move_kvcache(self, req_id: int, num_blocks: int) -> bool:

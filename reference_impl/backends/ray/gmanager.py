@@ -1,6 +1,6 @@
 """The gManager actor, in a module of its own so that its process never imports torch.
 
-It takes heartbeats, answers creditor hints, and runs its rounds on its own timer: each round's
+It takes heartbeats (its replies carry its view of the instances and its creditor hint), and runs its rounds on its own timer: each round's
 `move_kvcache` goes to the request's home instance actor, a DGFM swap to the first live instance, which carries
 it out while the instances it touches hold (loop.py). A restart by Ray re-runs `__init__`: a new `boot_id`, an empty map;
 the instances notice the new boot id in their heartbeat replies and send their full state (failover).
@@ -36,14 +36,16 @@ class GManagerActor:
             time.sleep(interval_s)
             self.run_round()
 
-    def heartbeat(self, hb) -> tuple[str, dict[int, int]]:
-        """Take a heartbeat; the reply is this incarnation's boot id and its view of every instance's lendable
-        room (what the instances' admission and creditor choice read about their peers)."""
+    def heartbeat(self, hb) -> tuple[str, dict[int, int], list[int]]:
+        """Take a heartbeat; the reply is this incarnation's boot id, its view of every instance's lendable room
+        and its creditor candidates for the sender (what the sender's admission and creditor choice read about
+        its peers until the next reply)."""
         with self.lock:
             if hb.inst_id in self.instances:
                 self.gm.heartbeat(hb)
             view = {i: s.num_lendable_blocks for i, s in self.gm.status.items()}
-        return self.boot_id, view
+            hint = self.gm.recommend_creditors(hb.inst_id, 1)
+        return self.boot_id, view, hint
 
     def recommend_creditors(self, debtor_inst: int, num_blocks: int) -> list[int]:
         with self.lock:

@@ -50,8 +50,9 @@ class Batch:
 
 
 STAT_KEYS = ("num_steps", "num_moves_accepted", "num_moves_refused", "num_full_heartbeats", "num_gmanager_restarts",
-             "num_swaps", "num_copied_blocks", "num_partner_calls")
-TIME_KEYS = ("step_s", "control_s", "compute_s", "wait_s", "messaging_s")
+             "num_swaps", "num_copied_blocks", "num_partner_calls", "num_served")
+# serve_compute_s: a creditor's time serving its debtors' steps (MicroAttention, KV stores), waits excluded
+TIME_KEYS = ("step_s", "control_s", "compute_s", "wait_s", "messaging_s", "serve_compute_s")
 
 
 class InstanceLoop:
@@ -87,6 +88,7 @@ class InstanceLoop:
         self.stats = {**dict.fromkeys(STAT_KEYS, 0), **dict.fromkeys(TIME_KEYS, 0.0)}
         self.hb_future, self.gm_boot, self.full_heartbeat = None, None, True
         self.heartbeat_interval_s, self.next_heartbeat_s = heartbeat_interval_s, 0.0
+        self.hint: list[int] = []  # the gManager's creditor candidates for this instance, from its last reply
         self.stopping = False
         self.num_added = 0  # requests dispatched here so far (the driver's dispatch counts what is not in yet)
 
@@ -100,11 +102,10 @@ class InstanceLoop:
 
     # --- control plane hooks
     def recommend(self, debtor_inst: int, num_blocks: int) -> list[int]:
-        try:
-            candidates = self.wait_ref(self.gmanager.recommend_creditors.remote(debtor_inst, num_blocks))
-        except RayError:  # the gManager is restarting: no hint this time, the scheduler preempts
-            return []
-        return [i for i in candidates if i in self.rm.peers]
+        """The gManager's creditor candidates from its last heartbeat reply, those still with room in its view
+        (a stale hint is refused by the creditor and tried again after the next reply)."""
+        peers = self.rm.peers
+        return [i for i in self.hint if i in peers and i != self.inst_id and peers[i].num_lendable > 0]
 
     def copy_blocks(self, pairs) -> None:
         """Backend hook of `advance_moves` and DGFM: the data moves in this step's exchange with the partners."""
@@ -140,10 +141,10 @@ class InstanceLoop:
             self.hold()
         if not self.reforms.empty():
             self.rejoin()
-        t0 = time.perf_counter()
+        t0, messaging_s = time.perf_counter(), self.stats["messaging_s"]
         batch, works = self.control()
         t1 = time.perf_counter()
-        self.stats["control_s"] += t1 - t0
+        self.stats["control_s"] += t1 - t0 - (self.stats["messaging_s"] - messaging_s)  # peers' replies apart
         if batch is None and not works:
             self.mailbox.serve(IDLE_WAIT_S)
             return
@@ -336,7 +337,7 @@ class InstanceLoop:
             self.hb_future = self.gmanager.heartbeat.remote(self.rm.heartbeat(self.instance.status(), full=full))
 
     def on_reply(self, reply) -> None:
-        boot, lendable = reply
+        boot, lendable, self.hint = reply
         if boot != self.gm_boot and self.gm_boot is not None:
             self.full_heartbeat = True
             self.stats["num_gmanager_restarts"] += 1
@@ -349,7 +350,11 @@ class InstanceLoop:
         self.snapshot = {"state": "held" if self.held_by else "running", "status": self.instance.status(), "num_used": rm.pool.num_used,
                          "reserved": dict(rm.reserved), "num_moves": len(rm.moves), "num_tables": len(rm.tables),
                          "num_running": len(s.running), "num_waiting": len(s.waiting), "num_added": self.num_added,
-                         "entries": rm.entries(), "stats": dict(self.stats)}
+                         "entries": rm.entries(), "stats": self.stats_now()}
+
+    def stats_now(self) -> dict:
+        with self.results_lock:
+            return dict(self.stats)
 
     # --- failures
     def rejoin(self) -> None:
