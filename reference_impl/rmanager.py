@@ -287,8 +287,9 @@ class RManager(KVMoves):
         table = self.tables[req_id]
         tail = [table[-1].inst_id] if table and table[-1].inst_id != self.inst_id else []
         for inst_id in tail + self._creditors(1, recommend, tuple(tail)):
-            if self.peers[inst_id].try_move_kvcache(req_id, 1):
-                return self.peers[inst_id].take_reserved(req_id)[0]
+            # (a peer in another process may take the room back between the two calls: then none is taken)
+            if self.peers[inst_id].try_move_kvcache(req_id, 1) and (taken := self.peers[inst_id].take_reserved(req_id)):
+                return taken[0]
         return None
 
     def num_admissible(self, pooled: bool, peers_lendable: int | None = None) -> int:
@@ -336,9 +337,9 @@ class RManager(KVMoves):
         for inst_id in self._creditors(missing, recommend, fresh=must_spill):
             rm = self.peers[inst_id]
             size = min(missing, rm.num_lendable)
-            if size > 0 and rm.try_move_kvcache(req_id, size):
-                self._append(req_id, rm.take_reserved(req_id, size))
-                return size
+            if size > 0 and rm.try_move_kvcache(req_id, size) and (taken := rm.take_reserved(req_id, size)):
+                self._append(req_id, taken)
+                return len(taken)
         return 0
 
     def free_request(self, req_id: int) -> None:

@@ -1,9 +1,10 @@
 """The gManager actor, in a module of its own so that its process never imports torch.
 
-It takes heartbeats (its replies carry its view of the instances and its creditor hint), and runs its rounds on its own timer: each round's
-`move_kvcache` goes to the request's home instance actor, a DGFM swap to the first live instance, which carries
-it out while the instances it touches hold (loop.py). A restart by Ray re-runs `__init__`: a new `boot_id`, an empty map;
-the instances notice the new boot id in their heartbeat replies and send their full state (failover).
+It takes heartbeats (its replies carry its view of the instances and its creditor hint), and runs its rounds
+on its own timer: each round's `move_kvcache` goes to the request's home instance actor, a DGFM swap to the
+first live instance, which carries it out while the instances it touches hold (loop.py). A restart by Ray
+re-runs `__init__`: a new `boot_id`, an empty map; the instances notice the new boot id in their heartbeat
+replies and send their full state (failover).
 """
 import os
 import threading

@@ -228,8 +228,8 @@ class InstanceLoop:
             peer = self.rm.peers.get(i)
             if peer is None:
                 continue
-            works[i] = PartnerWork(self.inst_id, self.plane.spec.address, asks.get(i), [p for p in self.pairs if i in (p[0], p[3])],
-                                   peer.deferred_releases)
+            pairs = [p for p in self.pairs if i in (p[0], p[3])]
+            works[i] = PartnerWork(self.inst_id, self.plane.spec.address, asks.get(i), pairs, peer.deferred_releases)
             peer.deferred_releases = []
         return works
 
@@ -347,8 +347,9 @@ class InstanceLoop:
 
     def publish(self) -> None:
         rm, s = self.rm, self.scheduler
-        self.snapshot = {"state": "held" if self.held_by else "running", "status": self.instance.status(), "num_used": rm.pool.num_used,
-                         "reserved": dict(rm.reserved), "num_moves": len(rm.moves), "num_tables": len(rm.tables),
+        self.snapshot = {"state": "held" if self.held_by else "running", "status": self.instance.status(),
+                         "num_used": rm.pool.num_used, "reserved": dict(rm.reserved), "num_moves": len(rm.moves),
+                         "num_tables": len(rm.tables),
                          "num_running": len(s.running), "num_waiting": len(s.waiting), "num_added": self.num_added,
                          "entries": rm.entries(), "stats": self.stats_now()}
 
