@@ -233,12 +233,15 @@ def test_e2e_quick_on_ray_validates_against_the_schema(tmp_path):
 
 def test_dgfm_swap_while_the_loops_run_keeps_the_tokens():
     """A debt cycle (0's request lends on 1, 1's on 0) on full instances: the gManager's round plans a DGFM swap,
-    the first instance carries it out in its control phase, the blocks travel in that step, both requests end
-    at home, and the tokens equal a roomy local run."""
+    the first instance carries it out while the other holds, the blocks travel, both requests end at home, and the
+    tokens equal a roomy local run. Steps last 0.1 s of device time, so the requests are still running when the
+    round comes (the instances run on their own: nothing else orders them)."""
+    from reference_impl.device_time import DeviceTimeModel
     from reference_impl.protocol import MoveKVCache
 
     # exclusive_roles (infinite-llm 5.2) refuses the second lend of a cycle; distkv-llm's lend-and-borrow makes it
-    engine = RayEngine(EngineConfig(2, 6, block_size=4, gmanager_interval_steps=0, exclusive_roles=False), MODEL)
+    config = EngineConfig(2, 6, block_size=4, gmanager_interval_steps=0, exclusive_roles=False)
+    engine = RayEngine(config, DeviceTimeModel(0.1, MODEL))
     try:
         seqs = [Sequence(0, list(range(1, 10)), 7), Sequence(1, list(range(20, 29)), 7),
                 Sequence(2, [4, 5, 6, 7, 8], 3), Sequence(3, [9, 8, 7, 6, 5], 3)]
@@ -246,18 +249,18 @@ def test_dgfm_swap_while_the_loops_run_keeps_the_tokens():
         engine.add_request(seqs[1], 1)
         wait_for(engine, lambda e: seqs[0].output_ids and seqs[1].output_ids)
         engine.pause()
-        try:  # two of each request's three rBlocks go to the other instance, then a request fills each instance
+        try:  # two of each request's three rBlocks go to the other instance
             ray.get([engine.actors[0].move_kvcache.remote(MoveKVCache(0, 2, 1)),
                      engine.actors[1].move_kvcache.remote(MoveKVCache(1, 2, 0))])
-            engine.add_request(seqs[2], 0)
-            engine.add_request(seqs[3], 1)
             engine.sync_now()
         finally:
             engine.resume()
-        wait_for(engine, lambda e: seqs[2].output_ids and seqs[3].output_ids
-                 and all(s.get("num_moves", 1) == 0 for s in e.snapshots.values()))
+        wait_for(engine, lambda e: all(s["num_copied_blocks"] >= 2 for s in e.stats().values()))
         engine.pause()
-        try:
+        try:  # a request fills each instance, and the round finds the cycle
+            assert spread(engine) and not any(s.output_ids[6:] for s in seqs[:2])
+            engine.add_request(seqs[2], 0)
+            engine.add_request(seqs[3], 1)
             engine.sync_now()
             ray.get(engine.gm_actor.run_round.remote())
         finally:

@@ -48,7 +48,7 @@ def one_step(rank, world_size, device, is_prefill, backend):
     caches = all_caches(device)
     plans = {i: plan_step(*step_inputs(i, is_prefill)[:3], BLOCK, is_prefill) for i in (0, 1)}
     pairs = {0: [], 1: [MOVE]}  # by home: the moves of its step
-    plane = types.SimpleNamespace(rank_of={0: 0, 1: 1}, spec=types.SimpleNamespace(backend=backend))
+    plane = types.SimpleNamespace(rank_of={0: 0, 1: 1}, spec=types.SimpleNamespace(backend=backend), group=None)
     plane.post = lambda sends, recvs, tag: DataPlane.post(plane, sends, recvs, tag)
     mine = {tier: caches[(rank, tier)] for tier in (DEVICE, CPU)}
     moved = [kv[:, MOVE[2]].clone() for kv in caches[(1, DEVICE)]]
