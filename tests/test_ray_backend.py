@@ -101,7 +101,8 @@ def test_gmanager_killed_mid_run_is_rebuilt_from_full_heartbeats(local_run):
         assert [s.output_ids for s in seqs] == local_run.token_ids
         stats = engine.stats().values()
         assert all(s["num_full_heartbeats"] >= 2 for s in stats)
-        assert min(s["num_steps"] for s in stats) >= NUM_NEW  # each instance ran its own loop, in lockstep
+        homes = set(engine.home_of.values())  # each home ran its own loop (an instance homing nothing need not step)
+        assert all(s["num_steps"] >= NUM_NEW for i, s in engine.stats().items() if i in homes)
         assert_idle(engine)
     finally:
         engine.shutdown()

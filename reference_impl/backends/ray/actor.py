@@ -8,6 +8,7 @@ or changes the rManager runs on the loop thread through its mailbox. Tensors nev
 the data plane is torch.distributed (dataplane.py).
 """
 import os
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -25,6 +26,7 @@ from reference_impl.rblock import RBlock
 from reference_impl.sequence import Sequence
 
 MAX_CONCURRENCY = 64  # Ray threads: the driver's calls, a waiting call per peer, a step served per debtor
+GIL_SWITCH_S = 0.0005
 
 
 class PeerRequests:
@@ -77,6 +79,9 @@ class InstanceActor:
     def __init__(self, inst_id: int, model, config: EngineConfig, device: str = "cpu",
                  heartbeat_interval_s: float = 0.0):
         torch.set_num_threads(int(os.environ.get("REPRO_RAY_TORCH_THREADS", "1")))
+        # a debtor's step waits on the thread serving it here: let it take the GIL from the loop sooner than
+        # Python's default 5 ms
+        sys.setswitchinterval(GIL_SWITCH_S)
         if device != "cpu":
             torch.cuda.set_device(0)
             model = model.to(device)  # (LlamaModel.to: the weights on this actor's GPU)
