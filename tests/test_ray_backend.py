@@ -144,9 +144,13 @@ def test_dead_creditor_recomputes_its_debtors_and_fails_what_no_longer_fits(loca
 def test_try_move_refused_when_the_destination_fills_then_retried_next_round():
     """Instance 0: a long request filling it and a queue; instance 1: a short batch with room. Between the
     heartbeats and the round, instance 1 fills up behind the gManager's back: the move is refused, then
-    accepted in the next round once the room is back, and the tokens do not change."""
+    accepted in the next round once the room is back, and the tokens do not change. Steps last 0.1 s of device
+    time, so the long request and the queue are still there at the second round (the instances run on their own:
+    nothing else orders them)."""
+    from reference_impl.device_time import DeviceTimeModel
+
     config = EngineConfig(2, 24, block_size=4, gmanager_interval_steps=0, dgfm=False)
-    engine = RayEngine(config, MODEL, gmanager_config=GManagerConfig(block_size=4, beta_thres=2))
+    engine = RayEngine(config, DeviceTimeModel(0.1, MODEL), gmanager_config=GManagerConfig(block_size=4, beta_thres=2))
     try:
         long_prompt, shorts, queued = list(range(1, 89)), [[5, 6], [7], [8, 9], [3]], [[9] * 8] * 3
         seqs = [Sequence(0, long_prompt, 24)] + [Sequence(1 + i, p, 24) for i, p in enumerate(shorts)]

@@ -106,9 +106,9 @@ def pooled_workload(model, n, per_instance, prompt_len, max_new, block_size, see
     return Workload(prompts, homes, max_new, config)
 
 
-def _start(engine, work: Workload, first_id: int, homes=None) -> list[Sequence]:
+def _start(engine, work: Workload, first_id: int) -> list[Sequence]:
     seqs = [Sequence(first_id + i, list(p), work.max_new_tokens) for i, p in enumerate(work.prompts)]
-    for seq, home in zip(seqs, homes if homes is not None else work.homes):
+    for seq, home in zip(seqs, work.homes):
         engine.add_request(seq, home)
     return seqs
 

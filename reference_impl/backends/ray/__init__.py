@@ -1,8 +1,9 @@
 """Ray backend: every instance (model replica, rManager, scheduler, rBlock caches) is a Ray actor running its
-own serving loop, the gManager an actor running its rounds on its own timer, and the driver only dispatches
-arrivals and collects tokens (ray_engine.py). Control messages of protocol.py travel as actor calls; the data
-plane (DistAttention's per-layer queries and `(out, lse)`, KV blocks that move) goes over torch.distributed
-between the instance actors (ray_dataplane.py, ray_step.py): gloo on CPU, NCCL on GPU.
+own serving loop (loop.py) that waits only for the partners of its step, the gManager an actor running its rounds
+on its own timer, and the driver only dispatches arrivals and collects tokens (engine.py). Control messages of
+protocol.py travel as actor calls into each loop's mailbox; the data plane (DistAttention's per-layer queries and
+`(out, lse)`, KV blocks that move) goes over torch.distributed between partners (dataplane.py, step.py,
+serve.py): gloo on CPU, NCCL on GPU.
 """
 import time
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ class RayGenerationResult:
     num_gmanager_restarts: int = 0
     num_instance_failures: int = 0
     wall_s: float = 0.0
-    messaging_s_per_step: float = 0.0  # per instance and step: control token, plan exchange, tensor transfers
+    messaging_s_per_step: float = 0.0  # per instance and step: partner calls sent, peers' replies waited for
 
 
 def generate(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int, config: EngineConfig,

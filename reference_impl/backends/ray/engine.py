@@ -1,7 +1,7 @@
 """The driver of the Ray backend: it starts the actors, dispatches arrivals and collects tokens; it runs no step.
 
-Each instance actor runs its own serving loop (ray_loop.py), the gManager actor its own rounds
-(ray_gmanager.py). Dispatch is the engine's rule (the instance with the most free memory, engine.py), on the
+Each instance actor runs its own serving loop (loop.py), the gManager actor its own rounds
+(gmanager.py). Dispatch is the engine's rule (the instance with the most free memory, engine.py), on the
 instances' latest published status plus what was sent to them since.
 
 Failures: a gManager that Ray restarts is rebuilt from full heartbeats (the instances notice its new boot id).
