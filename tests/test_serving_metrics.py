@@ -3,7 +3,7 @@ bursts, and the same numbers from the simulator's and the real engines' request 
 import pytest
 from jsonschema import validate
 
-from baselines.vllm_metrics import ServedRequest, serving_point, summarize
+from baselines.real_vllm.metrics import ServedRequest, serving_point, summarize
 from reference_impl.sim.metrics import FINISHED, RequestMetrics, ServingPoint, SimResult, summarize_records, tpot_s
 from repro.results import load_schema
 

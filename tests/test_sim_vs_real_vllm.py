@@ -1,8 +1,8 @@
 """sim-vs-real's vLLM arm without vLLM: the step-time fit, the step extraction from the runner's timeline, the skip."""
 import pytest
 
-from baselines.vllm_backend import VllmRun
-from baselines.vllm_profile import StepGrid, decode_steps, grid_rounds, grid_steps, prefill_steps
+from baselines.real_vllm.backend import VllmRun
+from baselines.real_vllm.profile import StepGrid, decode_steps, grid_rounds, grid_steps, prefill_steps
 from reference_impl.calibration.coefficients import dumps
 from reference_impl.calibration.curve import Curve
 from reference_impl.calibration.engine_steps import DecodeStep, PrefillStep, fit_engine_steps

@@ -10,13 +10,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from baselines import vllm_backend
-from baselines.vllm_backend import build_job, check_vllm, random_prompts, requests_of, run_job, stage_runner
-from baselines.vllm_compare import agreement
-from baselines.vllm_config import VllmSetup, engine_env, engine_kwargs
-from baselines.vllm_dispatch import REJECTED, MostFreeDispatcher
-from baselines.vllm_metrics import ServedRequest, from_runner, serving_point, summarize
-from baselines.vllm_model import save_hf_folder
+from baselines.real_vllm import backend as vllm_backend
+from baselines.real_vllm.backend import build_job, check_vllm, random_prompts, requests_of, run_job, stage_runner
+from baselines.real_vllm.compare import agreement
+from baselines.real_vllm.config import VllmSetup, engine_env, engine_kwargs
+from baselines.real_vllm.dispatch import REJECTED, MostFreeDispatcher
+from baselines.real_vllm.metrics import ServedRequest, from_runner, serving_point, summarize
+from baselines.real_vllm.model import save_hf_folder
 from reference_impl.errors import InputError
 from reference_impl.model import TINY, load_model, random_model
 
@@ -195,10 +195,11 @@ def test_runner_failure_is_one_line(tmp_path):
 
 def test_staged_runner_imports_only_its_dispatch(tmp_path):
     src = stage_runner(tmp_path)
-    assert sorted(p.name for p in (src / "baselines").iterdir()) == ["__init__.py", "vllm_dispatch.py",
-                                                                     "vllm_runner.py"]
-    for name in ("vllm_runner.py", "vllm_dispatch.py"):
-        text = (src / "baselines" / name).read_text()
+    assert sorted(p.name for p in (src / "baselines").iterdir()) == ["__init__.py", "real_vllm"]
+    package = src / "baselines" / "real_vllm"
+    assert sorted(p.name for p in package.iterdir()) == ["__init__.py", "dispatch.py", "runner.py"]
+    for name in ("runner.py", "dispatch.py"):
+        text = (package / name).read_text()
         assert "reference_impl" not in text.split('"""', 2)[-1] and "import numpy" not in text
 
 
@@ -236,7 +237,7 @@ def test_serving_point_fits_the_serving_schema():
 
 
 def test_serve_local_honours_arrivals_matches_generate_and_rejects_what_fits_nowhere():
-    from baselines.vllm_compare import serve_local
+    from baselines.real_vllm.compare import serve_local
     from reference_impl.backends.local import generate
     from reference_impl.engine import EngineConfig
     from reference_impl.model import ModelConfig
@@ -255,7 +256,7 @@ def test_serve_local_honours_arrivals_matches_generate_and_rejects_what_fits_now
 
 
 def test_real_e2e_params_and_workloads():
-    from baselines.vllm_e2e import QUICK, RealE2EConfig, config_from_params, trace_requests
+    from baselines.real_vllm.e2e import QUICK, RealE2EConfig, config_from_params, trace_requests
     from repro.experiments.base import RunParams
 
     assert config_from_params(RunParams(quick=True, seed=4)) == RealE2EConfig(**{**_fields(QUICK), "seed": 4})

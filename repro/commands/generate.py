@@ -64,7 +64,7 @@ def generate(model_spec, instances, blocks_per_instance, block_size, prompt_ids,
     else:
         prompts = [parse_int_list(p, "--prompt-ids") for p in prompt_ids]
     if backend == "vllm":
-        from baselines.vllm_generate import echo_generate_vllm
+        from baselines.real_vllm.generate import echo_generate_vllm
 
         echo_generate_vllm(model_spec, prompts, max_new_tokens, num_engines=instances, ignore_eos=ignore_eos,
                            seed=seed, as_json=as_json)

@@ -90,8 +90,8 @@ def run(params, log) -> dict:
     if params.backend == "ray":  # served for real by Ray actors: repro/experiments/serving_ray.py
         from repro.experiments.serving_ray import run_on_ray
         return run_on_ray(params, log, list(groups(QUICK if params.quick else FULL)))
-    if params.backend == "vllm":  # real vLLM-M vs our local engine at CPU scale: baselines/vllm_e2e.py
-        from baselines.vllm_e2e import run as run_real
+    if params.backend == "vllm":  # real vLLM-M vs our local engine at CPU scale: baselines/real_vllm/e2e.py
+        from baselines.real_vllm.e2e import run as run_real
         return run_real(params, log)
     link, source = params.extra["link"], params.extra["source"]
     todo = curve_groups(params, sizes(params), link=link, source=source)

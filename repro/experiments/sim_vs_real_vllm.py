@@ -1,11 +1,11 @@
-"""sim-vs-real's second measured system: real vLLM (baselines/vllm_runner.py in .venv-vllm) against the simulator's
+"""sim-vs-real's second measured system: real vLLM (baselines/real_vllm/runner.py in .venv-vllm) against the simulator's
 vLLM-M policy, calibrated from vLLM's own steps on this machine.
 
 The same model shape with the same random weights (written as a Hugging Face folder), the same requests and rates
 as the local arm. Clock: the wall clock. vLLM runs its engine core (and on CPU a worker) in processes of its own,
 so this process's CPU time says nothing about it; its OpenMP threads are pinned to the first `threads` cores
 (VLLM_CPU_OMP_THREADS_BIND), the run repeats, and the load average is kept before and after every repeat.
-A repeat is one vLLM job: start the engine, time its steps over a grid (baselines/vllm_profile.py), measure its
+A repeat is one vLLM job: start the engine, time its steps over a grid (baselines/real_vllm/profile.py), measure its
 burst saturation, serve every rate. Its calibration is this machine's op-level profile on the wall clock (taken
 just before the job) with vLLM's KV read rate and step overhead fitted to those steps
 (calibration/engine_steps.py). The simulator runs one vLLM-M instance (pooling off) with vLLM's block size, KV
@@ -28,7 +28,7 @@ BLOCK_SIZE = 32  # vLLM 0.32's CPU attention takes multiples of 32
 
 def vllm_unavailable() -> str | None:
     """Why real vLLM cannot run here (one line), or None where it can."""
-    from baselines.vllm_backend import check_vllm, vllm_python
+    from baselines.real_vllm.backend import check_vllm, vllm_python
 
     try:
         check_vllm(vllm_python())
@@ -42,7 +42,7 @@ def _load_1m() -> float:
 
 
 def _grid(requests, max_batch: int, max_tokens: int, budget: int, quick: bool):
-    from baselines.vllm_profile import StepGrid
+    from baselines.real_vllm.profile import StepGrid
 
     prompts = sorted(r.prompt_len for r in requests)
     prompt_len = prompts[len(prompts) // 2]
@@ -99,11 +99,11 @@ def run_arm(spec, make_requests, rates, *, max_batch: int, max_tokens: int, repe
     """Every repeat of every rate on real vLLM and in the simulator; {"runs", "calibrations", "info"}.
     `make_requests(rate)`: the workload at a rate (inf: all at once); `record(path, load)`: a calibration's
     summary record."""
-    from baselines.vllm_backend import random_prompts, requests_of, run_vllm_rounds
-    from baselines.vllm_config import VllmSetup, engine_env, engine_kwargs
-    from baselines.vllm_dispatch import blocks_for
-    from baselines.vllm_model import save_hf_folder
-    from baselines.vllm_profile import grid_rounds, grid_steps
+    from baselines.real_vllm.backend import random_prompts, requests_of, run_vllm_rounds
+    from baselines.real_vllm.config import VllmSetup, engine_env, engine_kwargs
+    from baselines.real_vllm.dispatch import blocks_for
+    from baselines.real_vllm.model import save_hf_folder
+    from baselines.real_vllm.profile import grid_rounds, grid_steps
     from reference_impl.backends.sim import simulate
     from reference_impl.calibration.coefficients import dumps
     from reference_impl.calibration.engine_steps import fit_engine_steps

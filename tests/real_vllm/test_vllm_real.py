@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from baselines.vllm_backend import random_prompts, run_vllm, vllm_python
-from baselines.vllm_config import VllmSetup
-from baselines.vllm_model import resolve_for_vllm, save_hf_folder
+from baselines.real_vllm.backend import random_prompts, run_vllm, vllm_python
+from baselines.real_vllm.config import VllmSetup
+from baselines.real_vllm.model import resolve_for_vllm, save_hf_folder
 from reference_impl.backends.local import generate
 from reference_impl.engine import EngineConfig
 from repro.cli import main
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.vllm
 
 @pytest.fixture(scope="module", autouse=True)
 def have_vllm():
-    from baselines.vllm_backend import check_vllm
+    from baselines.real_vllm.backend import check_vllm
 
     check_vllm(vllm_python())  # an InputError here says how to install it
 

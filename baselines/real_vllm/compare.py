@@ -10,11 +10,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from baselines.vllm_backend import random_prompts, run_vllm
-from baselines.vllm_compare_config import CompareConfig
-from baselines.vllm_config import VllmSetup
-from baselines.vllm_metrics import FINISHED, REJECTED, ServedRequest, summarize
-from baselines.vllm_model import model_folder, resolve_for_vllm
+from baselines.real_vllm.backend import random_prompts, run_vllm
+from baselines.real_vllm.compare_config import CompareConfig
+from baselines.real_vllm.config import VllmSetup
+from baselines.real_vllm.metrics import FINISHED, REJECTED, ServedRequest, summarize
+from baselines.real_vllm.model import model_folder, resolve_for_vllm
 from reference_impl.backends.local import LocalBackend, check_prompts
 from reference_impl.engine import Engine, EngineConfig
 from reference_impl.errors import InputError

@@ -1,7 +1,7 @@
-"""`repro compare-vllm`: our local engine vs real vLLM on the same model and requests (see vllm_compare)."""
+"""`repro compare-vllm`: our local engine vs real vLLM on the same model and requests (see baselines.real_vllm.compare)."""
 import click
 
-from baselines.vllm_compare_config import CompareConfig
+from baselines.real_vllm.compare_config import CompareConfig
 
 DEFAULTS = CompareConfig()
 
@@ -23,8 +23,8 @@ DEFAULTS = CompareConfig()
 def compare_vllm(model, trace_id, num_requests, max_prompt_len, max_output_len, cpu_threads, seed, out_path,
                  log_path):
     """Greedy tokens and throughput of our engine and of real vLLM, same folder, same requests, one run."""
-    from baselines.vllm_backend import check_vllm, vllm_python
-    from baselines.vllm_compare import compare, format_table
+    from baselines.real_vllm.backend import check_vllm, vllm_python
+    from baselines.real_vllm.compare import compare, format_table
     from reference_impl.atomic import check_writable_file, write_json_atomic
 
     check_writable_file(out_path, "--out")

