@@ -4,7 +4,7 @@ import pytest
 
 from reference_impl.backends.clock import CpuClock, make_clock, serve_on_clock
 from reference_impl.errors import InputError
-from reference_impl.sim.metrics import FINISHED, REJECTED
+from reference_impl.serving.records import FINISHED, REJECTED
 from workloads import Request
 
 

@@ -3,7 +3,7 @@ MEMORY_CLOCK stands give what computing afresh gives, at every round of a run wi
 from reference_impl.backends.sim import simulate
 from reference_impl.engine import Engine
 from reference_impl.gmanager import GManager
-from reference_impl.sim.metrics import FINISHED
+from reference_impl.serving.records import FINISHED
 from reference_impl.sim.systems import cluster
 from workloads.request import Request
 

@@ -131,14 +131,14 @@ def test_bad_vllm_param_is_one_line(tmp_path, capsys):
 
 
 def test_steps_to_first_token_counts_the_steps_a_request_waits_on_a_busy_engine():
-    from reference_impl.sim.metrics import FINISHED, RequestMetrics, SimResult
+    from reference_impl.serving.records import FINISHED, RequestRecord, ServingRun
     from repro.experiments.sim_vs_real_vllm import steps_to_first_token
 
     # steps end every 10 ms; request 0 decodes throughout; 1 arrives at 12 ms and gets its token at 30 ms (2
     # steps: the one in flight, then its own); 2 arrives at 41 ms and waits one step more (token at 70 ms)
     ends = [0.01 * i for i in range(1, 11)]
-    reqs = [RequestMetrics(0, 0.0, 8, 10, status=FINISHED, first_token_s=0.01, finish_s=0.10),
-            RequestMetrics(1, 0.012, 8, 3, status=FINISHED, first_token_s=0.03, finish_s=0.05),
-            RequestMetrics(2, 0.041, 8, 3, status=FINISHED, first_token_s=0.07, finish_s=0.09)]
-    assert steps_to_first_token(SimResult(reqs, ends, [1] * 10)) == 2.5
-    assert steps_to_first_token(SimResult(reqs[:1], ends, [1] * 10)) is None  # nobody arrived on a busy engine
+    reqs = [RequestRecord(0, 0.0, 8, 10, status=FINISHED, first_token_s=0.01, finish_s=0.10),
+            RequestRecord(1, 0.012, 8, 3, status=FINISHED, first_token_s=0.03, finish_s=0.05),
+            RequestRecord(2, 0.041, 8, 3, status=FINISHED, first_token_s=0.07, finish_s=0.09)]
+    assert steps_to_first_token(ServingRun(reqs, ends, [1] * 10)) == 2.5
+    assert steps_to_first_token(ServingRun(reqs[:1], ends, [1] * 10)) is None  # nobody arrived on a busy engine

@@ -7,8 +7,9 @@ metrics path and the e2e experiment's columns.
 """
 from dataclasses import dataclass
 
-from reference_impl.sim.metrics import FINISHED, REJECTED, UNFINISHED, ServingPoint, summarize_records
-from reference_impl.sim.metrics import Summary as ServingSummary
+from reference_impl.serving.points import ServingPoint
+from reference_impl.serving.records import FINISHED, REJECTED, UNFINISHED, summarize_records
+from reference_impl.serving.records import Summary as ServingSummary
 
 __all__ = ["FINISHED", "REJECTED", "UNFINISHED", "ServedRequest", "ServingSummary", "from_runner", "summarize",
            "serving_point"]

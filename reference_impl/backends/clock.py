@@ -4,15 +4,15 @@ instances produced meanwhile (backends/ray/serving.py).
 
 Each request joins the engine at its arrival time (between steps, as the simulator's instances pick up arrivals
 at their next step), the engine steps while there is work, and the loop sleeps to the next arrival when idle.
-The records are the simulator's (`sim/metrics.py`), so a real run and a simulated run summarise alike. The
-engine must keep the `Sequence` objects it is given up to date (the local engine mutates them in place, the Ray
+The records are `serving/records.py`'s, as the simulator's are, so a real run and a simulated run summarise
+alike. The engine must keep the `Sequence` objects it is given up to date (the local engine mutates them in place, the Ray
 engine mirrors its actors' tokens into them).
 """
 import time
 
 from reference_impl.errors import InputError
 from reference_impl.sequence import Sequence
-from reference_impl.sim.metrics import FINISHED, REJECTED, RequestMetrics, SimResult
+from reference_impl.serving.records import FINISHED, REJECTED, RequestRecord, ServingRun
 
 
 class CpuClock:
@@ -43,15 +43,15 @@ CLOCKS = ("wall", "cpu")
 
 
 def serve_on_clock(engine, requests, prompts: list[list[int]], *, time_limit_s: float,
-                   clock=time.perf_counter, sleep=time.sleep) -> SimResult:
+                   clock=time.perf_counter, sleep=time.sleep) -> ServingRun:
     """Serve `requests` (req_id, arrival_s, prompt_len, output_len) with `prompts[i]` the token ids of
     requests[i]; each generates exactly its output_len tokens. A request the engine refuses (InputError) is
     rejected; those still running at `time_limit_s` stay unfinished."""
-    records = [RequestMetrics(r.req_id, r.arrival_s, r.prompt_len, r.output_len) for r in requests]
-    result = SimResult(records)
+    records = [RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len) for r in requests]
+    result = ServingRun(records)
     order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, requests[i].req_id))
-    admitted: list[tuple[Sequence, RequestMetrics]] = []
-    live: dict[int, tuple[Sequence, RequestMetrics]] = {}
+    admitted: list[tuple[Sequence, RequestRecord]] = []
+    live: dict[int, tuple[Sequence, RequestRecord]] = {}
     t0 = clock()
     next_i = 0
     while True:

@@ -123,7 +123,7 @@ def random_prompts(requests, vocab_size: int, seed: int) -> list[list[int]]:
 def serve(model: LlamaModel, requests, config: EngineConfig, *, seed: int = 0, device="cpu", clock: str = "wall",
           time_limit_s: float = 600.0):
     """Serve `requests` (workloads.Request) on a local engine against the clock ("wall", or "cpu": this process's
-    CPU time, see backends/clock.py); returns a SimResult (sim/metrics.py) like the simulator's. Prompts are
+    CPU time, see backends/clock.py); returns a ServingRun (serving/records.py) like the simulator's. Prompts are
     random token ids from `seed`."""
     from reference_impl.backends.clock import make_clock, serve_on_clock
 

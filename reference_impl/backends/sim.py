@@ -7,7 +7,7 @@
     result = simulate(config, requests)          # requests: workloads.Request list (arrival_s, prompt/output len)
     result = simulate(vllm_m(config), requests)  # same instances, pooling off: oversize requests are rejected
     result = simulate(vllm_s(config), requests)  # one instance of all GPUs, TP in a node, PP across nodes
-    result.requests        # RequestMetrics per request: status, inst_id, first_token_s, finish_s, preemptions
+    result.requests        # RequestRecord per request: status, inst_id, first_token_s, finish_s, preemptions
     result.summary()       # output_tok_s, mean/p99 latency, counts finished/rejected/unfinished
     result.throughput_over_time(bin_s=1.0, inst_ids=None)   # (bin start [n], tokens/s [n])
 
@@ -25,7 +25,7 @@ the step starts and its tokens count when it ends. Model of time:
   prefill a step carries both: the decode batch and prompt chunks (pairs against the prompt's prefix).
 - KV moves and DGFM swaps: transfer time on the link, overlapped with the source's next step (max of both).
 Same config and requests, same result, bit for bit: ties break by event order; no wall clock is read.
-`SimResult.idle_waiting_frac`: the share of instance-time with no step running while some waiting request's
+`ServingRun.idle_waiting_frac`: the share of instance-time with no step running while some waiting request's
 KV fit the cluster's free rBlocks.
 """
 from reference_impl.engine import Engine, EngineConfig
@@ -37,7 +37,7 @@ from reference_impl.sequence import Sequence, num_blocks_for
 from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
 from reference_impl.sim.events import (MAX_NOOP_STEPS_PER_INSTANT, Arrival, Event, GManagerRound, Handoff, PromptIds,
                                       Step, run_events)
-from reference_impl.sim.metrics import FINISHED, RequestMetrics, SimResult
+from reference_impl.serving.records import FINISHED, RequestRecord, ServingRun
 
 _PromptIds = PromptIds  # earlier name, used by experiments
 
@@ -47,7 +47,7 @@ class SimBackend:
 
     supports_chunked_prefill = True
 
-    def __init__(self, config: SimConfig, metrics: dict[int, RequestMetrics], result: SimResult, *,
+    def __init__(self, config: SimConfig, metrics: dict[int, RequestRecord], result: ServingRun, *,
                  prefill_elsewhere: bool = False):
         self.config = config
         self.prefill_elsewhere = prefill_elsewhere
@@ -163,8 +163,8 @@ class SimState:
 
     def __init__(self, config: SimConfig, requests, on_round=None, prefill_elsewhere: bool = False):
         self.config = config
-        self.metrics = {r.req_id: RequestMetrics(r.req_id, r.arrival_s, r.prompt_len, r.output_len) for r in requests}
-        self.result = SimResult(list(self.metrics.values()))
+        self.metrics = {r.req_id: RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len) for r in requests}
+        self.result = ServingRun(list(self.metrics.values()))
         self.backend = SimBackend(config, self.metrics, self.result, prefill_elsewhere=prefill_elsewhere)
         self.engine = build_engine(config, self.backend)
         self.on_round = on_round
@@ -255,7 +255,7 @@ class SimState:
 
 
 def simulate(config: SimConfig, requests, *, max_sim_s: float = float("inf"), on_event=None, on_round=None,
-             prefill_elsewhere: bool = False) -> SimResult:
+             prefill_elsewhere: bool = False) -> ServingRun:
     """Serve `requests` (objects with req_id, arrival_s, prompt_len, output_len) on the cluster of `config`
     until every request finished, was rejected, or is stuck; `on_event(now_s)` is called after each event and
     `on_round(now_s, engine)` after each gManager round. `prefill_elsewhere`: prompts arrive with their KV

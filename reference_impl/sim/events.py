@@ -8,7 +8,7 @@ from reference_impl.errors import InputError
 from reference_impl.rmanager import MEMORY_CLOCK
 from reference_impl.scheduler import QUEUE_CLOCK
 from reference_impl.sequence import Sequence
-from reference_impl.sim.metrics import FINISHED, REJECTED
+from reference_impl.serving.records import FINISHED, REJECTED
 
 MAX_IDLE_ROUNDS = 50  # rounds with waiting requests but no instance able to run: the rest is stuck
 # Steps that ran no batch and moved no KV at one simulated instant, after which an instance is not woken again at

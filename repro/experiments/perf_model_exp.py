@@ -13,7 +13,7 @@ from reference_impl.backends.sim import SimBackend, _PromptIds, build_engine
 from reference_impl.errors import InputError
 from reference_impl.sequence import Sequence, num_blocks_for
 from reference_impl.sim.config import SimConfig, blocks_per_instance
-from reference_impl.sim.metrics import RequestMetrics, SimResult
+from reference_impl.serving.records import RequestRecord, ServingRun
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result
 from repro.experiments.params import LINK_HELP, Param, link, positive_int
@@ -32,7 +32,7 @@ PARAMS = (Param("link", link, LINK_DEFAULT, LINK_HELP),
 
 def build(config: SimConfig, long_len: int):
     metrics = {}
-    result = SimResult([])
+    result = ServingRun([])
     backend = SimBackend(config, metrics, result)
     engine = build_engine(config, backend)
     debtor, creditor = engine.instances
@@ -40,7 +40,7 @@ def build(config: SimConfig, long_len: int):
     seqs += [(creditor, Sequence(1 + i, _PromptIds(SHORT_LEN), NEVER)) for i in range(CREDITOR_BATCH)]
     seqs += [(debtor, Sequence(10_000 + i, _PromptIds(SHORT_LEN), NEVER)) for i in range(NUM_QUEUED)]
     for inst, seq in seqs:
-        metrics[seq.req_id] = RequestMetrics(seq.req_id, 0.0, len(seq.prompt_ids), NEVER)
+        metrics[seq.req_id] = RequestRecord(seq.req_id, 0.0, len(seq.prompt_ids), NEVER)
         inst.scheduler.add(seq)
     return engine, backend
 

@@ -13,7 +13,7 @@ import time
 from repro.experiments.params import Param, float_list
 from repro.experiments.serving import workload
 from repro.progress import progress
-from reference_impl.sim.metrics import ServingPoint, best_ratio
+from reference_impl.serving.points import ServingPoint, best_ratio
 from workloads import Request
 
 QUICK = dict(max_tokens=48, rates=(4.0,), max_instances=2, requests=6, num_groups=1)

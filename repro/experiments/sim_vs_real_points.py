@@ -3,7 +3,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from reference_impl.sim.metrics import SimResult
+from reference_impl.serving.records import ServingRun as SimResult
 
 METRICS = ("output_tok_s", "mean_ttft_s", "mean_tpot_s")
 

@@ -74,7 +74,7 @@ def _ops_profile(spec, grid, budget: int, seed: int, quick: bool) -> dict:
 
 def measured_result(run):
     """A real vLLM run as the simulator's SimResult, so both sides are summarised by one path."""
-    from reference_impl.sim.metrics import RequestMetrics, SimResult
+    from reference_impl.serving.records import RequestRecord as RequestMetrics, ServingRun as SimResult
 
     records = [RequestMetrics(r.req_id, r.arrival_s, r.prompt_len, r.output_len,
                               -1 if r.engine is None else r.engine, r.status, r.first_token_s, r.finish_s)

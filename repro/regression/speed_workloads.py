@@ -163,7 +163,7 @@ def loaded_engine(num_instances: int, load: int = 1):
     one step run, so the gManager has debtors, creditors and moves to plan; `load` multiplies the requests."""
     from reference_impl.backends.sim import SimBackend, _PromptIds, build_engine
     from reference_impl.sequence import Sequence
-    from reference_impl.sim.metrics import RequestMetrics, SimResult
+    from reference_impl.serving.records import RequestRecord, ServingRun
     from reference_impl.sim.systems import cluster
     from workloads import generate
     from workloads.generate import SourceOptions
@@ -174,8 +174,8 @@ def loaded_engine(num_instances: int, load: int = 1):
     requests += [replace(r, req_id=100_000 + i) for i, r in enumerate(
         generate(trace_id=0, num_requests=int(200 * scale), rate_per_s=100.0, seed=0, options=fitted))]
     config = cluster("llama2-7b", "A100-80GB-SXM", num_instances)
-    metrics = {r.req_id: RequestMetrics(r.req_id, 0.0, r.prompt_len, r.output_len) for r in requests}
-    engine = build_engine(config, SimBackend(config, metrics, SimResult([])))
+    metrics = {r.req_id: RequestRecord(r.req_id, 0.0, r.prompt_len, r.output_len) for r in requests}
+    engine = build_engine(config, SimBackend(config, metrics, ServingRun([])))
     for r in requests:
         engine.add_request(Sequence(r.req_id, _PromptIds(r.prompt_len), r.output_len))
     engine.heartbeats()

@@ -17,7 +17,7 @@ from reference_impl.backends.ray import RayConfig, RayEngine, init_ray
 from reference_impl.engine import EngineConfig
 from reference_impl.model import LlamaModel
 from reference_impl.sim.config import SimConfig
-from reference_impl.sim.metrics import SimResult
+from reference_impl.serving.records import ServingRun as SimResult
 from reference_impl.sim.systems import system_config
 
 POLL_S = 0.005  # how long the driver sleeps between collections while the instances have work

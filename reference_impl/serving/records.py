@@ -1,4 +1,5 @@
-"""What a serving run measures: one record per request, the token timeline, and summary numbers.
+"""What a serving run records and its summary numbers, whatever served it (the simulator, the wall-clock loop of
+backends/clock.py, the Ray serving loop, real vLLM): one record per request and the token timeline of the steps.
 
 The one summary of every serving path (the simulator, the Ray serving loop, real vLLM and the local engine in
 baselines/): `summarize_records` over request records (arrival_s, prompt_len, output_len, status,
@@ -23,7 +24,7 @@ UNFINISHED = "unfinished"  # still queued when the run stopped (stall or time li
 
 
 @dataclass(slots=True)
-class RequestMetrics:
+class RequestRecord:
     req_id: int
     arrival_s: float
     prompt_len: int
@@ -41,8 +42,8 @@ class RequestMetrics:
 
 
 @dataclass(slots=True)
-class SimResult:
-    requests: list[RequestMetrics]
+class ServingRun:
+    requests: list[RequestRecord]
     step_end_s: list[float] = field(default_factory=list)  # per decode/prefill step, in event order
     step_tokens: list[int] = field(default_factory=list)  # generated tokens of that step
     step_inst: list[int] = field(default_factory=list)
@@ -54,7 +55,7 @@ class SimResult:
     end_s: float = 0.0
 
     @property
-    def finished(self) -> list[RequestMetrics]:
+    def finished(self) -> list[RequestRecord]:
         return [r for r in self.requests if r.status == FINISHED]
 
     def count(self, status: str) -> int:
@@ -110,11 +111,6 @@ class Summary:
     @property
     def num_failed(self) -> int:
         return self.num_requests - self.num_finished
-
-    @property
-    def completion_tok_s(self) -> float:
-        """Earlier name of output_tok_s (vLLM benchmarks' definition)."""
-        return self.output_tok_s
 
     def to_dict(self) -> dict:
         return {**asdict(self), "num_failed": self.num_failed}
@@ -182,65 +178,3 @@ def summarize_records(records, step_end_s=(), step_tokens=()) -> Summary:
                    (out + prompt) / span if span > 0 else 0.0, steady_out, steady_total, steady_s, float(span),
                    mean_lat, p50_lat, p99_lat, float(np.mean([r.latency_s / r.output_len for r in done])),
                    mean_ttft, p99_ttft, mean_tpot, p99_tpot, *_stats(ttft, 1e3), *_stats(tpot, 1e3))
-
-
-def summarize(result: SimResult) -> Summary:
-    return result.summary()
-
-
-@dataclass(frozen=True, slots=True)
-class ServingPoint:
-    """One point of a serving curve (repro/schemas/serving.schema.json `point`), whatever ran it."""
-    system: str
-    rate_per_s: float
-    num_requests: int
-    num_finished: int
-    num_rejected: int
-    num_unfinished: int
-    output_tok_s: float
-    window_tok_s: float
-    total_tok_s: float
-    steady_output_tok_s: float
-    steady_total_tok_s: float
-    mean_norm_latency_s: float | None
-    mean_latency_s: float | None
-    p99_latency_s: float | None
-    mean_ttft_s: float | None
-    p99_ttft_s: float | None
-    makespan_s: float
-    num_preemptions: int
-    num_moved_blocks: int
-    idle_waiting_frac: float
-    sim_wall_s: float  # wall time of the run (simulated or real)
-    seed: int = 0
-    mean_tpot_s: float | None = None
-    p99_tpot_s: float | None = None
-
-    @classmethod
-    def of(cls, system: str, rate_per_s: float, s: Summary, *, wall_s: float, seed: int = 0, num_preemptions: int = 0,
-           num_moved_blocks: int = 0, idle_waiting_frac: float = 0.0) -> "ServingPoint":
-        return cls(system, rate_per_s, s.num_requests, s.num_finished, s.num_rejected, s.num_unfinished,
-                   s.output_tok_s, s.window_tok_s, s.total_tok_s, s.steady_output_tok_s, s.steady_total_tok_s,
-                   s.mean_norm_latency_s, s.mean_latency_s, s.p99_latency_s, s.mean_ttft_s, s.p99_ttft_s,
-                   s.makespan_s, num_preemptions, num_moved_blocks, idle_waiting_frac, round(wall_s, 3), seed,
-                   s.mean_tpot_s, s.p99_tpot_s)
-
-    @classmethod
-    def of_result(cls, system: str, rate_per_s: float, result: SimResult, *, wall_s: float,
-                  seed: int = 0) -> "ServingPoint":
-        """The point of a simulated or Ray run (a SimResult)."""
-        return cls.of(system, rate_per_s, result.summary(), wall_s=wall_s, seed=seed,
-                      num_preemptions=sum(r.num_preemptions for r in result.requests),
-                      num_moved_blocks=result.num_moved_blocks,
-                      idle_waiting_frac=result.idle_waiting_frac)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def best_ratio(points: list[dict], system: str, baseline: str) -> float | None:
-    """Highest steady-state output rate over the rates run, `system` over `baseline`: the max-throughput ratio
-    of a short single-seed run (the simulated curves use the plateau of repro/experiments/serving_curves.py)."""
-    best = {s: max((p["steady_output_tok_s"] for p in points if p["system"] == s), default=0.0)
-            for s in (system, baseline)}
-    return best[system] / best[baseline] if best[baseline] > 0 else None
