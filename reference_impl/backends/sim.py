@@ -2,7 +2,7 @@
 
     from reference_impl.backends.sim import simulate
     from reference_impl.sim.config import SimConfig
-    from baselines import vllm_m, vllm_s
+    from reference_impl.sim.baselines import vllm_m, vllm_s
     config = SimConfig(model="llama2-7b", gpu="A100-80GB-SXM", num_instances=32, tp=1)  # Infinite-LLM
     result = simulate(config, requests)          # requests: workloads.Request list (arrival_s, prompt/output len)
     result = simulate(vllm_m(config), requests)  # same instances, pooling off: oversize requests are rejected

@@ -9,12 +9,12 @@ def infinite_llm(config: SimConfig) -> SimConfig:
 
 
 def _vllm_m(config: SimConfig) -> SimConfig:
-    from baselines.vllm_m import vllm_m
+    from reference_impl.sim.baselines import vllm_m
     return vllm_m(config)
 
 
 def _vllm_s(config: SimConfig) -> SimConfig:
-    from baselines.vllm_s import vllm_s
+    from reference_impl.sim.baselines import vllm_s
     return vllm_s(config)
 
 
