@@ -6,7 +6,7 @@ import pytest
 
 from repro.experiments.base import RunParams
 from repro.experiments.registry import get_experiment
-from repro.experiments.sim_vs_real_points import error_table, make_points
+from repro.sim_vs_real.points import error_table, make_points
 from repro.results import run_and_save
 
 

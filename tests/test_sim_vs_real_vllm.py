@@ -132,7 +132,7 @@ def test_bad_vllm_param_is_one_line(tmp_path, capsys):
 
 def test_steps_to_first_token_counts_the_steps_a_request_waits_on_a_busy_engine():
     from reference_impl.serving.records import FINISHED, RequestRecord, ServingRun
-    from repro.experiments.sim_vs_real_vllm import steps_to_first_token
+    from repro.sim_vs_real.vllm_arm import steps_to_first_token
 
     # steps end every 10 ms; request 0 decodes throughout; 1 arrives at 12 ms and gets its token at 30 ms (2
     # steps: the one in flight, then its own); 2 arrives at 41 ms and waits one step more (token at 70 ms)

@@ -8,10 +8,9 @@ on this machine just before: `repro profile`'s measurements, the engine's per-st
 included (calibration/profile_overhead.py), measured again just before each run, so that a prediction and its
 measurement see about the same load on the shared machine; a point is the median of repeats, the measured spread is kept, and the
 error is the predicted median against the measured median. Real vLLM is a second measured system where
-`.venv-vllm` exists (sim_vs_real_vllm.py: against the simulator's vLLM-M policy, on the wall clock); elsewhere, or
+`.venv-vllm` exists (repro/sim_vs_real/vllm_arm.py: against the simulator's vLLM-M policy, on the wall clock); elsewhere, or
 with --param vllm=off, it is recorded as skipped.
 """
-import json
 import os
 import tempfile
 from dataclasses import asdict
@@ -19,12 +18,12 @@ from pathlib import Path
 
 import torch
 
-from reference_impl.calibration.coefficients import dumps
 from reference_impl.backends.clock import CLOCKS
 from reference_impl.errors import InputError
 from repro.experiments.base import Experiment, RunParams, default_run_id
 from repro.experiments.params import Param, float_list
-from repro.experiments.sim_vs_real_points import error_table, make_points, plot, run_summary
+from repro.sim_vs_real.calibration import calibrate, calibration_record
+from repro.sim_vs_real.points import error_table, make_points, plot, run_summary
 from repro.progress import progress
 
 SYSTEM = "infinite-llm"  # the local engine: one instance, so no pooling partner (vLLM-M behaves the same)
@@ -57,28 +56,6 @@ def _requests(trace: int, num_requests: int, rate_per_s: float, max_tokens: int,
 
     return scaled(workload(trace_id=trace, num_requests=num_requests, rate_per_s=rate_per_s, seed=seed,
                            source="fitted"), max_tokens)
-
-
-def _calibrate(spec, device, dtype, seed: int, requests, max_batch: int, clock: str, quick: bool, folder: Path,
-               repeat: int) -> Path:
-    """`repro profile` of this machine with a plan covering the workload; the file the simulator reads."""
-    from reference_impl.calibration.profile_local import ProfilePlan, profile
-
-    prompts = sorted(r.prompt_len for r in requests)
-    total = sum(prompts)
-    more = () if quick else (2, 8, 32, 64, 128, 256, 512)
-    plan = ProfilePlan(tokens=tuple(sorted({1, 4, 16, max_batch, total, *more})),
-                       kv_lens=(256, 1024) if quick else (256, 1024, 2048), copy_bytes=(1 << 12, 1 << 20),
-                       prefill_tokens=prompts[len(prompts) // 2], repeats=5 if quick else 7, clock=clock,
-                       overhead_batches=tuple(sorted({1, 4, max_batch, *(() if quick else (2, 8, 16))})),
-                       overhead_prefill_seqs=tuple(sorted({1, 4, min(16, len(prompts)), *(() if quick else (2, 8))})),
-                       overhead_prompt_len=prompts[len(prompts) // 2],
-                       overhead_context_tokens=max(1, int(sum(r.prompt_len + r.output_len / 2 for r in requests)
-                                                          / len(requests))))
-    doc = profile(spec, name=str(device), device=device, dtype=dtype, quick=False, seed=seed + repeat, plan=plan)
-    path = folder / f"calibration-{repeat}.json"
-    path.write_text(dumps(doc))
-    return path
 
 
 def _check(**values) -> None:
@@ -143,10 +120,10 @@ def run(params: RunParams, log) -> dict:
             runs_to_do = [(repeat, rate) for repeat in range(repeats) for rate in rates]
             for repeat, rate in progress(runs_to_do, desc="measured and simulated runs", unit="run"):
                 requests = make(rate)
-                path = _calibrate(spec, device, dtype, params.seed, burst, max_batch, clock, params.quick,
+                path = calibrate(spec, device, dtype, params.seed, burst, max_batch, clock, params.quick,
                                   Path(tmp), len(calibrations))
                 calibrations.append({"system": SYSTEM, "repeat": repeat, "rate_per_s": rate,
-                                     **_calibration_record(path, _load_1m())})
+                                     **calibration_record(path, _load_1m())})
                 sim_config = SimConfig(model=spec.name, gpu=str(device), num_instances=1, link="intra-node",
                                        block_size=BLOCK_SIZE, max_batch_size=max_batch, num_blocks=num_blocks,
                                        coefficients_path=str(path), seed=params.seed)
@@ -162,11 +139,11 @@ def run(params: RunParams, log) -> dict:
                     f"{predicted.output_tok_s:.1f}; TTFT {_ms(measured.mean_ttft_s)} vs {_ms(predicted.mean_ttft_s)}"
                     f" ms; TPOT {_ms(measured.mean_tpot_s)} vs {_ms(predicted.mean_tpot_s)} ms; load {loads[-1]}")
             if vllm_status is None:
-                from repro.experiments.sim_vs_real_vllm import run_arm
+                from repro.sim_vs_real.vllm_arm import run_arm
 
                 arm = run_arm(spec, make, rates, max_batch=max_batch, max_tokens=max_tokens, repeats=repeats,
                               threads=extra["threads"], seed=params.seed, quick=params.quick, folder=Path(tmp),
-                              record=_calibration_record, log=log)
+                              record=calibration_record, log=log)
                 runs, calibrations, vllm_arm = runs + arm["runs"], calibrations + arm["calibrations"], arm["info"]
                 loads += [j[k] for j in vllm_arm["jobs"] for k in ("loadavg_1m_before", "loadavg_1m_after")]
                 vllm_status = f"ran: vLLM {vllm_arm['jobs'][0]['vllm_version']} as vllm-m, on the wall clock"
@@ -187,26 +164,13 @@ def _ms(value) -> str:
     return "-" if value is None else f"{value * 1e3:.0f}"
 
 
-def _calibration_record(path: Path, load: float) -> dict:
-    doc = json.loads(path.read_text())
-    (hw,) = doc["hardware"].values()
-    (overhead,) = hw["step_overhead_s"].values()
-    (layer,) = (c["1"] for c in hw["non_attention_s"].values())
-    return {"loadavg_1m": load, "kv_read_bytes_per_s": hw["attention"]["kv_read_bytes_per_s"],
-            "attention_call_s": hw["attention"]["call_s"],
-            "prefill_attn_flops_per_s": hw["attention"]["prefill_attn_flops_per_s"],
-            "non_attention_s": {"x": layer["x"], "y": layer["y"]},
-            "step_overhead_decode_s": {"x": overhead["decode"]["x"], "y": overhead["decode"]["y"]},
-            "step_overhead_prefill_s": {"x": overhead["prefill"]["x"], "y": overhead["prefill"]["y"]}}
-
-
 def _vllm_status(mode: str, device_type: str) -> str | None:
     """None where the vLLM arm runs, else why it is skipped."""
     if mode == "off":
         return "skipped: --param vllm=off"
     if device_type != "cpu":
         return f"skipped: the vLLM arm runs vLLM's CPU build only (the engine runs on {device_type})"
-    from repro.experiments.sim_vs_real_vllm import vllm_unavailable
+    from repro.sim_vs_real.vllm_arm import vllm_unavailable
 
     why = vllm_unavailable()
     return None if why is None else f"skipped: {why}"

@@ -111,7 +111,7 @@ def run_arm(spec, make_requests, rates, *, max_batch: int, max_tokens: int, repe
     from reference_impl.model import random_model
     from reference_impl.sim.config import SimConfig
     from reference_impl.sim.systems import system_config
-    from repro.experiments.sim_vs_real_points import run_summary
+    from repro.sim_vs_real.points import run_summary
 
     blocks = max_batch * blocks_for(max_tokens, BLOCK_SIZE)  # every running request fits: no preemption
     setup = VllmSetup(SYSTEM, 1, block_size=BLOCK_SIZE, blocks_per_engine=blocks,

@@ -1,0 +1,41 @@
+"""The cost model of the machine at hand for sim-vs-real: `repro profile` with a plan covering the workload (the
+engine's per-step overhead included), and the record of what each calibration measured."""
+import json
+from pathlib import Path
+
+from reference_impl.calibration.coefficients import dumps
+
+
+def calibrate(spec, device, dtype, seed: int, requests, max_batch: int, clock: str, quick: bool, folder: Path,
+              repeat: int) -> Path:
+    """`repro profile` of this machine with a plan covering the workload; the file the simulator reads."""
+    from reference_impl.calibration.profile_local import ProfilePlan, profile
+
+    prompts = sorted(r.prompt_len for r in requests)
+    total = sum(prompts)
+    more = () if quick else (2, 8, 32, 64, 128, 256, 512)
+    plan = ProfilePlan(tokens=tuple(sorted({1, 4, 16, max_batch, total, *more})),
+                       kv_lens=(256, 1024) if quick else (256, 1024, 2048), copy_bytes=(1 << 12, 1 << 20),
+                       prefill_tokens=prompts[len(prompts) // 2], repeats=5 if quick else 7, clock=clock,
+                       overhead_batches=tuple(sorted({1, 4, max_batch, *(() if quick else (2, 8, 16))})),
+                       overhead_prefill_seqs=tuple(sorted({1, 4, min(16, len(prompts)), *(() if quick else (2, 8))})),
+                       overhead_prompt_len=prompts[len(prompts) // 2],
+                       overhead_context_tokens=max(1, int(sum(r.prompt_len + r.output_len / 2 for r in requests)
+                                                          / len(requests))))
+    doc = profile(spec, name=str(device), device=device, dtype=dtype, quick=False, seed=seed + repeat, plan=plan)
+    path = folder / f"calibration-{repeat}.json"
+    path.write_text(dumps(doc))
+    return path
+
+
+def calibration_record(path: Path, load: float) -> dict:
+    doc = json.loads(path.read_text())
+    (hw,) = doc["hardware"].values()
+    (overhead,) = hw["step_overhead_s"].values()
+    (layer,) = (c["1"] for c in hw["non_attention_s"].values())
+    return {"loadavg_1m": load, "kv_read_bytes_per_s": hw["attention"]["kv_read_bytes_per_s"],
+            "attention_call_s": hw["attention"]["call_s"],
+            "prefill_attn_flops_per_s": hw["attention"]["prefill_attn_flops_per_s"],
+            "non_attention_s": {"x": layer["x"], "y": layer["y"]},
+            "step_overhead_decode_s": {"x": overhead["decode"]["x"], "y": overhead["decode"]["y"]},
+            "step_overhead_prefill_s": {"x": overhead["prefill"]["x"], "y": overhead["prefill"]["y"]}}
