@@ -3,14 +3,14 @@ the A100 cost model's arithmetic; the experiment's result passes its schema and 
 import pytest
 import torch
 
-from reference_impl.dist_attention_dist import AttnShape, full_kv, head_shard, make_query, paged, token_shard
 from reference_impl.errors import InputError
 from reference_impl.kernels.reference import attention_reference
-from repro.experiments.attention_model import AttentionCostModel, total_s
+from repro.attention.cost_model import AttentionCostModel, total_s
+from repro.attention.dist import AttnShape, full_kv, head_shard, make_query, paged, token_shard
 
 
 def test_three_methods_on_four_processes_match_the_reference():
-    from repro.experiments.attention_micro_measure import measure
+    from repro.attention.measure import measure
     shape = AttnShape(256, num_heads=8, head_dim=16)  # 4 shards of 4 blocks of 16
     res = measure(shape.context_len, num_heads=8, head_dim=16, seed=3, iters=1)
     k, v = full_kv(shape, 3)

@@ -54,7 +54,7 @@ def test_kv_move_quick_run_measures_every_setting(tmp_path):
 
 
 def test_remote_vs_local_quick_run_and_model_arithmetic(tmp_path):
-    from repro.experiments.attention_model import AttentionCostModel
+    from repro.attention.cost_model import AttentionCostModel
     exp, results, data = _quick("remote-vs-local", tmp_path, backend="local")
     assert {(r["tokens"], r["method"]) for r in data["measured"]} == {
         (t, m) for t in (256, 1024) for m in ("remote compute", "local compute")}

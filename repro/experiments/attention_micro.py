@@ -3,11 +3,11 @@
 Measured: DistAttention, RingAttention and TP attention of one LLaMA2-13B-sized decode query (40 heads
 of 128, one layer) over 4 real processes (gloo on CPU, NCCL on GPUs), time per step, bytes sent, and
 the largest output difference between the three. Modelled: the same on 4 A100s over NVLink for 4K-256K
-and the 2xTP4 DistAttention vs TP8 breakdown at 300K-600K (repro/experiments/attention_model.py).
+and the 2xTP4 DistAttention vs TP8 breakdown at 300K-600K (repro/attention/cost_model.py).
 """
 import pandas as pd
 
-from repro.experiments.attention_model import AttentionCostModel, total_s
+from repro.attention.cost_model import AttentionCostModel, total_s
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result, new_figure, save
 from repro.experiments.params import Param, positive_int, positive_int_list
@@ -42,7 +42,7 @@ def modelled(contexts=MODEL_CONTEXTS, breakdown_contexts=BREAKDOWN_CONTEXTS) -> 
 
 
 def run(params, log) -> dict:
-    from repro.experiments.attention_micro_measure import measure
+    from repro.attention.measure import measure
 
     contexts, iters = MEASURED[params.quick]
     contexts = list(params.extra.get("contexts") or contexts)

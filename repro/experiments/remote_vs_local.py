@@ -2,7 +2,7 @@
 compute) vs fetching their KV back to the owner (local compute), one LLaMA2-13B-sized layer.
 
 Measured: two real processes (gloo on CPU, NCCL on GPUs), rank 1 holding the offloaded KV. Modelled:
-A100 over the calibration's measured NVLink and inter-node links (repro/experiments/attention_model.py).
+A100 over the calibration's measured NVLink and inter-node links (repro/attention/cost_model.py).
 """
 import statistics
 import time
@@ -11,10 +11,10 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from reference_impl.dist_attention_dist import pack, paged, unpack
-from reference_impl.dist_launch import run_ranks
 from reference_impl.kernels import micro_attention
-from repro.experiments.attention_model import AttentionCostModel
+from repro.attention.cost_model import AttentionCostModel
+from repro.attention.dist import pack, paged, unpack
+from repro.attention.ranks import run_ranks
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result, new_figure, save
 

@@ -7,8 +7,8 @@ shard it already has), so the owner sees every shard and merges the partials onl
 import torch
 import torch.distributed as dist
 
-from reference_impl.dist_attention_dist import OWNER, nbytes, paged
 from reference_impl.kernels import micro_attention, scale_reduce
+from repro.attention.dist import OWNER, nbytes, paged
 
 
 def _merge(acc, part):

@@ -6,8 +6,8 @@ runs `micro_attention` over all S tokens of its heads, and the owner gathers (ou
 import torch
 import torch.distributed as dist
 
-from reference_impl.dist_attention_dist import OWNER, gather_partials, nbytes
 from reference_impl.kernels import micro_attention
+from repro.attention.dist import OWNER, gather_partials, nbytes
 
 
 def tp_attention_step(q: torch.Tensor | None, q_shard_buf: torch.Tensor, kv_paged, rank: int, world_size: int):

@@ -10,12 +10,12 @@ import time
 import torch
 import torch.distributed as dist
 
-from baselines.ring_attention import ring_attention_step
-from baselines.tp_attention import tp_attention_step
-from reference_impl.dist_attention_dist import (
+from repro.attention.dist import (
     OWNER, AttnShape, dist_attention_step, head_shard, make_query, paged, token_shard,
 )
-from reference_impl.dist_launch import run_ranks
+from repro.attention.ranks import run_ranks
+from repro.attention.ring import ring_attention_step
+from repro.attention.tp import tp_attention_step
 
 METHODS = ("DistAttention", "RingAttention", "TP")
 
