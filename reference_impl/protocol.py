@@ -10,7 +10,6 @@ carries the entries changed since the previous one, the requests that left the i
 load; after a gManager restart every rManager sends its full state (`full=True`).
 """
 from dataclasses import dataclass, field
-from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +58,3 @@ class Swap:
     num_blocks: int
     recalls: tuple[tuple[int, int, int, int], ...] = field(default=())
 
-
-class GManagerAPI(Protocol):
-    def heartbeat(self, hb: Heartbeat) -> None: ...
-
-
-class RManagerAPI(Protocol):
-    def move_kvcache(self, req_id: int, num_blocks: int, dst_inst: int) -> bool: ...
-
-    def try_move_kvcache(self, req_id: int, num_blocks: int) -> bool: ...

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import jsonschema
 
+from reference_impl.atomic import check_writable_dir, write_json_atomic
 from reference_impl.errors import InputError
-from repro.atomic import check_writable_dir, write_json_atomic
 from repro.experiments.base import Experiment, RunParams
 from repro.experiments.params import fingerprint, overrides, parse_params
 

@@ -24,7 +24,7 @@ def bench_attention(models, contexts, batches, dtype, backend, max_kv_gib, seed,
     speed ratio to torch SDPA on contiguous KV measured in the same run."""
     import torch
 
-    from repro.atomic import check_writable_file, write_json_atomic
+    from reference_impl.atomic import check_writable_file, write_json_atomic
     from repro.benchmarks.attention import MODEL_HEADS, run_attention_bench
     from repro.progress import live_bar, say
 

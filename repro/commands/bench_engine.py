@@ -35,8 +35,8 @@ def bench_engine(batches, instances, prompt_len, decode_steps, block_size, repea
     import numpy as np
     import torch
 
+    from reference_impl.atomic import check_writable_file, write_json_atomic
     from reference_impl.model import TINY, random_model
-    from repro.atomic import check_writable_file, write_json_atomic
     from repro.progress import live_bar, say
 
     if out:

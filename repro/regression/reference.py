@@ -8,8 +8,8 @@ from pathlib import Path
 
 import jsonschema
 
+from reference_impl.atomic import write_text_atomic
 from reference_impl.errors import InputError
-from repro.atomic import write_text_atomic
 from repro.regression.cases import BY_NAME, CASES, Numbers, RegressionCase
 from repro.results import load_schema
 

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from reference_impl.atomic import write_text_atomic
 from reference_impl.errors import InputError
-from repro.atomic import write_text_atomic
 from repro.regression.speed_workloads import BY_NAME, CASES, Side, SpeedCase
 
 BASELINE_PATH = Path(__file__).resolve().parents[1] / "data" / "speed_baseline.json"
