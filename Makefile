@@ -81,7 +81,7 @@ test-vllm: $(STAMP) $(VLLM_STAMP)
 compare-vllm: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/repro compare-vllm
 
-# Paper figures on the simulated A100 cluster (reference_impl/backends/sim.py). Each target runs the
+# Paper figures on the simulated A100 cluster (reference_impl/sim/). Each target runs the
 # simulation again (RUN_FLAGS=--force; set RUN_FLAGS= to keep existing results), draws the figures from the
 # results and prints the paper-vs-reproduced report. Workloads are generated inside the run (seeded, fitted).
 RUN_FLAGS ?= --force

@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from reference_impl.backends.sim import simulate
 from reference_impl.dgfm import count_cycles
 from reference_impl.gmanager import GManager, GManagerConfig
 from reference_impl.protocol import Heartbeat, InstanceStatus, RequestPlacementEntry as Entry
 from reference_impl.sim.config import SimConfig
+from reference_impl.sim.simulator import simulate
 from repro.experiments.base import RunParams
 from repro.experiments.registry import get_experiment
 from repro.results import load_results, run_and_save

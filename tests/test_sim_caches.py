@@ -1,9 +1,9 @@
 """The engine's shortcuts are exact: a heartbeat left unsent, a memoized round, and reads cached while
 MEMORY_CLOCK stands give what computing afresh gives, at every round of a run with moves and parked work."""
-from reference_impl.backends.sim import simulate
 from reference_impl.engine import Engine
 from reference_impl.gmanager import GManager
 from reference_impl.serving.records import FINISHED
+from reference_impl.sim.simulator import simulate
 from reference_impl.sim.systems import cluster
 from workloads.request import Request
 

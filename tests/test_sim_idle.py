@@ -2,8 +2,8 @@
 import math
 from dataclasses import replace
 
-from reference_impl.backends.sim import simulate
 from reference_impl.serving.records import FINISHED
+from reference_impl.sim.simulator import simulate
 from reference_impl.sim.systems import cluster, system_config
 from workloads.request import Request
 

@@ -1,14 +1,22 @@
-"""The simulator's events (Vidur's shape): each kind handles itself on the cluster state and returns the
-events it causes; `run_events` is the whole loop. Ties break by the order events were scheduled."""
-import heapq
-import itertools
+"""The simulator's events (Vidur's shape): each kind handles itself on the simulator and returns the events it
+causes. Arrival: capacity check (Engine.check_fits), dispatch to the most free memory (Engine.add_request).
+Step: one step of an instance (a KV-move chunk, schedule, the step's cost, postprocess); then a blocked waiting
+request may go to an instance that can admit it, and idle instances take waiting work that fits
+(Engine.redispatch, Engine.fill_idle). Handoff: what the steps of instances that wait for others would do,
+without running them. GManagerRound: heartbeats, recalls, Algorithm 1, DGFM."""
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from reference_impl.errors import InputError
 from reference_impl.rmanager import MEMORY_CLOCK
 from reference_impl.scheduler import QUEUE_CLOCK
 from reference_impl.sequence import Sequence
 from reference_impl.serving.records import FINISHED, REJECTED
+
+if TYPE_CHECKING:
+    from reference_impl.sim.simulator import Simulator
 
 MAX_IDLE_ROUNDS = 50  # rounds with waiting requests but no instance able to run: the rest is stuck
 # Steps that ran no batch and moved no KV at one simulated instant, after which an instance is not woken again at
@@ -35,7 +43,7 @@ class PromptIds:
 class Event:
     time_s: float
 
-    def handle(self, sim) -> list["Event"]:
+    def handle(self, sim: Simulator) -> list[Event]:
         raise NotImplementedError
 
 
@@ -43,52 +51,51 @@ class Event:
 class Arrival(Event):
     request: object  # workloads.Request: req_id, prompt_len, output_len
 
-    def handle(self, sim) -> list[Event]:
+    def handle(self, sim: Simulator) -> list[Event]:
         r = self.request
         sim.arrivals_left -= 1
-        m = sim.metrics[r.req_id]
+        record = sim.records[r.req_id]
         seq = Sequence(r.req_id, PromptIds(r.prompt_len), r.output_len)
         try:
             sim.engine.check_fits(seq)
         except InputError:
-            m.status = REJECTED
+            record.status = REJECTED
             sim.pending -= 1
             return []
         sim.seqs[r.req_id] = seq
-        m.inst_id = sim.engine.add_request(seq)
-        return sim.wake(m.inst_id, self.time_s)
+        record.inst_id = sim.engine.add_request(seq)
+        return sim.wake(record.inst_id, self.time_s)
 
 
 @dataclass(slots=True)
 class Step(Event):
     inst_id: int
 
-    def handle(self, sim) -> list[Event]:
-        inst, backend = sim.engine.instances[self.inst_id], sim.backend
-        backend.duration_s = None
-        moved_before = sim.result.num_moved_blocks
-        finished = inst.step(backend)
+    def handle(self, sim: Simulator) -> list[Event]:
+        engine, backend = sim.engine, sim.backend
+        inst = engine.instances[self.inst_id]
+        moved_before = backend.num_moved_blocks
+        seqs, cost, finished = backend.step(inst)
+        ran = cost is not None
+        if ran:
+            sim.record_step(self.inst_id, seqs, cost, self.time_s + cost.duration_s)
         for seq in finished:
-            m = sim.metrics[seq.req_id]
-            m.status, m.finish_s, m.num_preemptions = FINISHED, self.time_s + backend.duration_s, seq.num_preemptions
+            record = sim.records[seq.req_id]
+            record.status, record.finish_s, record.num_preemptions = (FINISHED, self.time_s + cost.duration_s,
+                                                                      seq.num_preemptions)
             sim.pending -= 1
-        sim.busy[self.inst_id] = sim.computing[self.inst_id] = False
-        caused = []
-        if backend.duration_s is not None:
-            sim.computing[self.inst_id] = sim.busy[self.inst_id] = True
-            caused.append(Step(self.time_s + backend.duration_s, self.inst_id))
-        elif backend.move_tokens.get(self.inst_id):
-            sim.busy[self.inst_id] = True
-            caused.append(Step(self.time_s + backend.model.kv_transfer_s(backend.move_tokens.pop(self.inst_id)),
-                               self.inst_id))
-        else:  # no batch, no KV moved (before the hand-offs below may wake it again)
+        if not ran:
+            cost = backend.transfer(self.inst_id)
+        sim.busy[self.inst_id], sim.computing[self.inst_id] = cost is not None, ran
+        caused = [] if cost is None else [Step(self.time_s + cost.duration_s, self.inst_id)]
+        if cost is None:  # no batch, no KV moved (before the hand-offs below may wake it again)
             sim.count_noop_step(self.inst_id, self.time_s)
-        target = sim.engine.redispatch(inst)
+        target = engine.redispatch(inst)
         if target is not None:
             caused += sim.handed(target, self.time_s)
-        room_freed = finished or sim.result.num_moved_blocks != moved_before
-        if room_freed or backend.duration_s is None:  # idle instances may take waiting work
-            for idle in sim.engine.fill_idle():
+        room_freed = finished or backend.num_moved_blocks != moved_before
+        if room_freed or not ran:  # idle instances may take waiting work
+            for idle in engine.fill_idle():
                 caused += sim.handed(idle, None if room_freed else self.time_s)
             if room_freed:
                 caused += sim.wake_all(self.time_s)
@@ -101,7 +108,7 @@ class Handoff(Event):
     first request to an instance that can admit it, and fill idle instances; without running those steps."""
     inst_ids: tuple[int, ...]
 
-    def handle(self, sim) -> list[Event]:
+    def handle(self, sim: Simulator) -> list[Event]:
         engine, caused, targets = sim.engine, [], None
         key = (MEMORY_CLOCK.now, QUEUE_CLOCK.now, self.inst_ids)
         if sim.quiet_handoff == key:
@@ -124,7 +131,7 @@ class Handoff(Event):
 
 @dataclass(slots=True)
 class GManagerRound(Event):
-    def handle(self, sim) -> list[Event]:
+    def handle(self, sim: Simulator) -> list[Event]:
         engine = sim.engine
         engine.heartbeats()
         engine.gmanager_round()
@@ -141,7 +148,7 @@ class GManagerRound(Event):
         return caused
 
     @staticmethod
-    def _skip_empty_rounds(sim, next_s: float) -> float:
+    def _skip_empty_rounds(sim: Simulator, next_s: float) -> float:
         """The cluster holds nothing and only arrivals are queued: until the next arrival every round would
         find the same empty state and do nothing, so it is counted, not run (same times: repeated addition)."""
         arrival_s = sim.next_event_s()
@@ -149,20 +156,3 @@ class GManagerRound(Event):
             sim.result.num_gmanager_rounds += 1
             next_s += sim.config.gmanager_interval_s
         return next_s
-
-
-def run_events(sim, events: list[Event], max_sim_s: float) -> None:
-    """Handle the earliest event until no request is pending, the queue is empty or `max_sim_s` passed."""
-    order = itertools.count()
-    queue = [(e.time_s, next(order), e) for e in events]
-    heapq.heapify(queue)
-    sim.next_event_s = lambda: queue[0][0] if queue else float("inf")
-    sim.skip_idle_rounds = sim.skip_idle_rounds and max_sim_s == float("inf")
-    while queue and sim.pending:
-        time_s, _, event = heapq.heappop(queue)
-        if time_s > max_sim_s:
-            break
-        sim.advance_to(time_s)
-        for caused in event.handle(sim):
-            heapq.heappush(queue, (caused.time_s, next(order), caused))
-        sim.after_event(time_s)

@@ -14,9 +14,9 @@ MicroAttention serves.
 """
 import numpy as np
 
-from reference_impl.backends.sim import simulate
 from reference_impl.dgfm import count_cycles, debt_graph
 from reference_impl.sim.config import SimConfig, blocks_per_instance
+from reference_impl.sim.simulator import simulate
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result, new_figure, save
 from repro.experiments.params import Param, positive_float, positive_int

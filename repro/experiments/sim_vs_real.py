@@ -74,13 +74,13 @@ def _load_1m() -> float:
 
 def run(params: RunParams, log) -> dict:
     from reference_impl.backends.local import serve, to_device
-    from reference_impl.backends.sim import simulate
     from reference_impl.calibration.profile_overhead import engine_model_config
     from reference_impl.calibration.specs import model_spec
     from reference_impl.engine import EngineConfig
     from reference_impl.model import random_model
     from reference_impl.sequence import num_blocks_for
     from reference_impl.sim.config import SimConfig
+    from reference_impl.sim.simulator import simulate
 
     size = QUICK if params.quick else FULL
     extra = params.extra

@@ -124,7 +124,7 @@ def hf_llama_decode(config, batch: int, prompt_len: int, num_steps: int):
 
 
 def sim_events(size: str) -> tuple[Side, Side]:
-    from reference_impl.backends.sim import simulate
+    from reference_impl.sim.simulator import simulate
     from reference_impl.sim.systems import cluster, system_config
     from workloads import generate
     from workloads.generate import SourceOptions
@@ -161,9 +161,10 @@ def gmanager_round(num_instances: int) -> Callable[[str], tuple[Side, Side]]:
 def loaded_engine(num_instances: int, load: int = 1):
     """A simulated cluster of LLaMA2-7B instances with long (trace 8) and short (trace 0) requests added and
     one step run, so the gManager has debtors, creditors and moves to plan; `load` multiplies the requests."""
-    from reference_impl.backends.sim import SimBackend, _PromptIds, build_engine
     from reference_impl.sequence import Sequence
-    from reference_impl.serving.records import RequestRecord, ServingRun
+    from reference_impl.serving.records import RequestRecord
+    from reference_impl.sim.backend import SimBackend, build_engine
+    from reference_impl.sim.events import PromptIds
     from reference_impl.sim.systems import cluster
     from workloads import generate
     from workloads.generate import SourceOptions
@@ -174,13 +175,13 @@ def loaded_engine(num_instances: int, load: int = 1):
     requests += [replace(r, req_id=100_000 + i) for i, r in enumerate(
         generate(trace_id=0, num_requests=int(200 * scale), rate_per_s=100.0, seed=0, options=fitted))]
     config = cluster("llama2-7b", "A100-80GB-SXM", num_instances)
-    metrics = {r.req_id: RequestRecord(r.req_id, 0.0, r.prompt_len, r.output_len) for r in requests}
-    engine = build_engine(config, SimBackend(config, metrics, ServingRun([])))
+    records = {r.req_id: RequestRecord(r.req_id, 0.0, r.prompt_len, r.output_len) for r in requests}
+    engine = build_engine(config, SimBackend(config, records))
     for r in requests:
-        engine.add_request(Sequence(r.req_id, _PromptIds(r.prompt_len), r.output_len))
+        engine.add_request(Sequence(r.req_id, PromptIds(r.prompt_len), r.output_len))
     engine.heartbeats()
     for inst in engine.instances:
-        inst.step(engine.backend)
+        engine.backend.step(inst)
     engine.heartbeats()
     return engine
 

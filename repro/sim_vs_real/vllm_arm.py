@@ -104,12 +104,12 @@ def run_arm(spec, make_requests, rates, *, max_batch: int, max_tokens: int, repe
     from baselines.real_vllm.dispatch import blocks_for
     from baselines.real_vllm.model import save_hf_folder
     from baselines.real_vllm.profile import grid_rounds, grid_steps
-    from reference_impl.backends.sim import simulate
     from reference_impl.calibration.coefficients import dumps
     from reference_impl.calibration.engine_steps import fit_engine_steps
     from reference_impl.calibration.profile_overhead import engine_model_config
     from reference_impl.model import random_model
     from reference_impl.sim.config import SimConfig
+    from reference_impl.sim.simulator import simulate
     from reference_impl.sim.systems import system_config
     from repro.sim_vs_real.points import run_summary
 

@@ -1,0 +1,147 @@
+"""The simulator's backend: what a step of one instance costs on the calibrated model, in place of running it.
+
+Model of time:
+- decode: batch = the step's requests; KV read = every block physically on this instance (own requests'
+  and the remote requests it hosts: Eq. 6's creditor term); remote queries = (request, creditor) pairs.
+- prefill: prompt tokens (non-attention) plus causal attention pairs, split by where the request's blocks
+  are (the engine's split causal prefill); a creditor's share is added to its next step. With chunked
+  prefill a step carries both: the decode batch and prompt chunks (pairs against the prompt's prefix).
+- KV moves and DGFM swaps: transfer time on the link, overlapped with the source's next step (max of both).
+"""
+from dataclasses import dataclass
+
+from reference_impl.calibration.model import CalibratedPerfModel
+from reference_impl.engine import Engine, EngineConfig
+from reference_impl.gmanager import GManagerConfig
+from reference_impl.instance import Instance
+from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
+from reference_impl.sequence import Sequence
+from reference_impl.serving.records import RequestRecord
+from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
+
+
+@dataclass(slots=True)  # (not frozen: one per step, and a frozen dataclass is slower to build)
+class StepCost:
+    """One step of an instance: how long it takes, the tokens it generates, and the KV tokens the instance sent
+    since its last step (moves, DGFM swaps), whose transfer the step overlaps."""
+    duration_s: float
+    num_tokens: int
+    moved_tokens: int
+
+
+class SimBackend:
+    """The engine's backend in the simulator: `step` runs the control plane of one instance step and returns what
+    it costs; tokens are dummies. `records`: per request, where the most creditors it had at once is kept."""
+
+    supports_chunked_prefill = True
+
+    def __init__(self, config: SimConfig, records: dict[int, RequestRecord], *,
+                 model: CalibratedPerfModel | None = None, prefill_elsewhere: bool = False):
+        self.config = config
+        self.model = perf_model(config) if model is None else model
+        self.records = records
+        self.prefill_elsewhere = prefill_elsewhere
+        self.num_moved_blocks = 0
+        self.owed_s: dict[int, float] = {}  # creditors' share of others' prefill attention, due at their next step
+        self.sent_tokens: dict[int, int] = {}  # KV tokens each instance sent, overlapped with its next step
+
+    def copy_blocks(self, pairs) -> None:
+        for src, _ in pairs:
+            self.sent_tokens[src.inst_id] = self.sent_tokens.get(src.inst_id, 0) + self.config.block_size
+        self.num_moved_blocks += len(pairs)
+
+    def step(self, instance: Instance) -> tuple[list[Sequence], StepCost | None, list[Sequence]]:
+        """Instance.step on this backend: (the batch, its cost (None: no batch ran), the requests that finished)."""
+        seqs, is_prefill = instance.begin_step(self)
+        if not seqs:
+            return seqs, None, []
+        cost = self.execute(instance, seqs, is_prefill)
+        return seqs, cost, instance.end_step(seqs, [0] * len(seqs))
+
+    def transfer(self, inst_id: int) -> StepCost | None:
+        """A step that runs no batch: the KV `inst_id` sent since its last step, on the link alone (None: none)."""
+        tokens = self.sent_tokens.pop(inst_id, 0)
+        return StepCost(self.model.kv_transfer_s(tokens), 0, tokens) if tokens else None
+
+    def execute(self, instance: Instance, seqs: list[Sequence], is_prefill: bool) -> StepCost:
+        rm, bs, model = instance.rm, self.config.block_size, self.model
+        if is_prefill:  # whole prompts
+            chunks, decodes = [(seq, 0, seq.num_tokens) for seq in seqs], []
+            num_tokens = len(seqs)
+        else:  # decode steps, and prompt chunks when prefill is chunked
+            chunks = [(s, s.num_tokens - s.prefill_left - s.chunk_tokens, s.chunk_tokens)
+                      for s in seqs if s.chunk_tokens]
+            decodes = [s for s in seqs if not s.chunk_tokens]
+            # a prompt chunk that does not end the prompt yields no token
+            num_tokens = len(seqs) - sum(1 for seq, _, _ in chunks if seq.prefill_left)
+        if self.prefill_elsewhere:  # the prompt's KV arrives ready from a separate prefill pool (not modelled)
+            chunks = []
+        prefill_tokens, local_pairs, remote_s, remote_queries = self._prefill_share(rm, chunks)
+        decode_queries, remote_wait_s = self._decode_share(rm, decodes)
+        remote_queries += decode_queries
+        load = InstanceLoad(batch_size=len(decodes), attn_kv_tokens=rm.pool.num_used * bs if decodes else 0,
+                            num_remote_queries=remote_queries, prefill_tokens=prefill_tokens,
+                            prefill_attn_pairs=int(local_pairs))
+        compute_s = step_time_s(model, load) if prefill_tokens or decodes else 0.0
+        local_attn_s = model.num_layers * local_pairs * model.prefill_attn_s_per_pair
+        compute_s += max(0.0, remote_s - local_attn_s, remote_wait_s)  # waits for the slowest creditor
+        compute_s += self.owed_s.pop(rm.inst_id, 0.0)
+        moved_tokens = self.sent_tokens.pop(rm.inst_id, 0)
+        return StepCost(max(compute_s, model.kv_transfer_s(moved_tokens)), num_tokens, moved_tokens)
+
+    def _prefill_share(self, rm, chunks) -> tuple[int, float, float, int]:
+        """Prompt tokens, local causal attention pairs, the slowest creditor's share (s) and remote queries of
+        prompt chunks (seq, first token, tokens); each creditor's share is added to its next step."""
+        model = self.model
+        prompt_tokens, local_pairs, remote_s, remote_queries = 0, 0.0, 0.0, 0
+        for seq, start, n in chunks:
+            prompt_tokens += n
+            pairs = causal_prefill_pairs(n, start)
+            total = len(rm.tables[seq.req_id])
+            holders = rm.holders(seq.req_id)
+            local_pairs += pairs * holders.get(rm.inst_id, 0) / total
+            for inst_id, share in holders.items():
+                if inst_id != rm.inst_id:
+                    remote_queries += 1
+                    t = model.num_layers * pairs * share / total * model.prefill_attn_s_per_pair
+                    self.owed_s[inst_id] = self.owed_s.get(inst_id, 0.0) + t
+                    remote_s = max(remote_s, t)
+        return prompt_tokens, local_pairs, remote_s, remote_queries
+
+    def _decode_share(self, rm, seqs) -> tuple[int, float]:
+        """Remote queries of a decode batch, and how long the slowest creditor's MicroAttention outlasts the
+        local one (creditors run in parallel)."""
+        bs = self.config.block_size
+        remote_tokens: dict[int, int] = {}  # creditor -> KV tokens of this batch it reads for us
+        local_tokens, remote_queries = 0, 0
+        for seq in seqs:
+            holders = rm.holders(seq.req_id)
+            local_tokens += holders.get(rm.inst_id, 0) * bs
+            if len(holders) > 1 or rm.inst_id not in holders:
+                creditors = 0
+                for inst_id, share in holders.items():
+                    if inst_id != rm.inst_id:
+                        creditors += 1
+                        remote_tokens[inst_id] = remote_tokens.get(inst_id, 0) + share * bs
+                remote_queries += creditors
+                record = self.records[seq.req_id]
+                record.max_creditors = max(record.max_creditors, creditors)
+        if not remote_tokens:
+            return remote_queries, 0.0
+        slowest = max(remote_tokens.values())
+        return remote_queries, self.model.num_layers * self.model.kv_read_s_per_token * max(0, slowest - local_tokens)
+
+
+def build_engine(config: SimConfig, backend: SimBackend) -> Engine:
+    """The engine of `config`'s cluster on `backend` (its cost model also feeds the gManager's Algorithm 1)."""
+    engine_config = EngineConfig(
+        num_instances=config.num_instances, blocks_per_instance=blocks_per_instance(config, backend.model),
+        block_size=config.block_size, max_batch_size=config.max_batch_size, pooling=config.pooling,
+        max_lent_blocks=config.max_lent_blocks, move_chunk_tokens=config.move_chunk_tokens,
+        chunked_prefill_tokens=config.chunked_prefill_tokens,
+        gmanager_interval_steps=0, dgfm=config.dgfm, exclusive_roles=config.exclusive_roles, seed=config.seed)
+    gm_config = GManagerConfig(block_size=config.block_size,
+                               instances_per_node=max(1, 8 // (config.tp * config.pp)),
+                               max_k_evals=config.max_k_evals, exclusive_roles=config.exclusive_roles,
+                               num_candidates=config.num_candidates or config.num_instances)
+    return Engine(engine_config, backend, gmanager_config=gm_config, perf_model=backend.model)

@@ -1,0 +1,186 @@
+"""The simulator: a discrete-event clock over the engine's own control plane, step times from the cost model.
+
+    from reference_impl.sim.simulator import simulate
+    from reference_impl.sim.systems import cluster, system_config
+    config = cluster("llama2-7b", "A100-80GB-SXM", num_gpus=32)    # Infinite-LLM: 32 instances of tp=1
+    result = simulate(config, requests)          # requests: workloads.Request list (arrival_s, prompt/output len)
+    result = simulate(system_config("vllm-m", config), requests)  # pooling off: oversize requests are rejected
+    result = simulate(system_config("vllm-s", config), requests)  # one instance of all GPUs, TP in a node, PP across
+    result.requests        # RequestRecord per request: status, inst_id, first_token_s, finish_s, preemptions
+    result.summary()       # output_tok_s, mean/p99 latency, counts finished/rejected/unfinished
+    result.throughput_over_time(bin_s=1.0, inst_ids=None)   # (bin start [n], tokens/s [n])
+
+`Simulator` owns the event heap, the time and the limit (Vidur's shape); each event (events.py) handles itself on
+it and returns the events it causes. Each instance steps on its own clock: a step lasts what the cost model gives
+for what it does (backend.py); the instance's state changes when the step starts and its tokens count when it
+ends. Same config and requests, same result, bit for bit: ties break by event order; no wall clock is read.
+`ServingRun.idle_waiting_frac`: the share of instance-time with no step running while some waiting request's KV
+fit the cluster's free rBlocks.
+"""
+import heapq
+import itertools
+
+from reference_impl.rmanager import MEMORY_CLOCK
+from reference_impl.scheduler import QUEUE_CLOCK
+from reference_impl.sequence import Sequence
+from reference_impl.serving.records import FINISHED, RequestRecord, ServingRun
+from reference_impl.sim.backend import SimBackend, StepCost, build_engine
+from reference_impl.sim.config import SimConfig
+from reference_impl.sim.events import MAX_NOOP_STEPS_PER_INSTANT, Arrival, Event, GManagerRound, Handoff, Step
+
+
+class Simulator:
+    """One run: the event heap, the time and the limit, and the cluster the events act on (the engine on a
+    SimBackend, the requests' records, which instances have a step in flight, the idle-while-work-waits time)."""
+
+    def __init__(self, config: SimConfig, requests, *, max_sim_s: float = float("inf"), on_event=None,
+                 on_round=None, prefill_elsewhere: bool = False):
+        self.config = config
+        self.max_sim_s = max_sim_s
+        self.on_event, self.on_round = on_event, on_round
+        self.records = {r.req_id: RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len) for r in requests}
+        self.result = ServingRun(list(self.records.values()))
+        self.backend = SimBackend(config, self.records, prefill_elsewhere=prefill_elsewhere)
+        self.engine = build_engine(config, self.backend)
+        self.seqs: dict[int, Sequence] = {}
+        self.busy = [False] * config.num_instances  # a step event is queued
+        self.computing = [False] * config.num_instances  # ... and it runs work (not only a KV transfer)
+        self.noop_steps = [(None, 0)] * config.num_instances  # (instant, steps that did nothing at it)
+        self.pending = self.arrivals_left = len(requests)
+        self.idle_rounds = 0
+        # rounds on an empty cluster may be counted instead of run (events.GManagerRound) unless a callback
+        # watches every round or event, or the run stops at a time limit
+        self.skip_idle_rounds = on_round is None and on_event is None and max_sim_s == float("inf")
+        self.start_s: float | None = None
+        self.last_s = 0.0
+        self.num_idle_waiting = 0  # instances running no step while a waiting request fits the free rBlocks
+        self.idle_waiting_inst_s = 0.0
+        self._free_at = (-1, 0)  # (MEMORY_CLOCK count, free rBlocks of the cluster)
+        self._need_at = (-1, None)  # (QUEUE_CLOCK count, fewest rBlocks a waiting request needs)
+        self.quiet_handoff = None  # (MEMORY_CLOCK, QUEUE_CLOCK, instances) of a Handoff that did nothing
+        self._queue: list[tuple[float, int, Event]] = []
+        self._order = itertools.count()
+        self.schedule([Arrival(r.arrival_s, r) for r in sorted(requests, key=lambda r: (r.arrival_s, r.req_id))])
+        if config.pooling:
+            self.schedule([GManagerRound(0.0)])
+
+    def schedule(self, events: list[Event]) -> None:
+        for event in events:
+            heapq.heappush(self._queue, (event.time_s, next(self._order), event))
+
+    def next_event_s(self) -> float:
+        return self._queue[0][0] if self._queue else float("inf")
+
+    def run(self) -> ServingRun:
+        """Handle the earliest event until no request is pending, the heap is empty or the limit passed."""
+        queue, order = self._queue, self._order
+        while queue and self.pending:
+            time_s, _, event = heapq.heappop(queue)
+            if time_s > self.max_sim_s:
+                break
+            self._advance_to(time_s)
+            for caused in event.handle(self):
+                heapq.heappush(queue, (caused.time_s, next(order), caused))
+            self._after_event()
+            if self.on_event is not None:
+                self.on_event(time_s)
+        for record in self.records.values():
+            if record.status != FINISHED and record.req_id in self.seqs:
+                record.num_preemptions = self.seqs[record.req_id].num_preemptions
+        self.result.num_moved_blocks = self.backend.num_moved_blocks
+        self.result.idle_waiting_frac = self.idle_waiting_frac()
+        return self.result
+
+    # --- what the events call
+    def record_step(self, inst_id: int, seqs: list[Sequence], cost: StepCost, end_s: float) -> None:
+        """A step of `seqs` that ends at `end_s`: its tokens on the timeline, first tokens on their records."""
+        result = self.result
+        result.step_end_s.append(end_s)
+        result.step_tokens.append(cost.num_tokens)
+        result.step_inst.append(inst_id)
+        result.num_steps += 1
+        records = self.records
+        for seq in seqs:
+            if len(seq.output_ids) == 1 and records[seq.req_id].first_token_s is None:
+                records[seq.req_id].first_token_s = end_s
+
+    def wake(self, inst_id: int, time_s: float) -> list[Step]:
+        if self.busy[inst_id] or not self.engine.instances[inst_id].has_work:
+            return []
+        if self.noop_steps[inst_id] == (time_s, MAX_NOOP_STEPS_PER_INSTANT):
+            return []  # (events.MAX_NOOP_STEPS_PER_INSTANT)
+        self.busy[inst_id] = True
+        return [Step(time_s, inst_id)]
+
+    def count_noop_step(self, inst_id: int, time_s: float) -> None:
+        at_s, count = self.noop_steps[inst_id]
+        self.noop_steps[inst_id] = (time_s, count + 1 if at_s == time_s else 1)
+        if self.noop_steps[inst_id][1] == MAX_NOOP_STEPS_PER_INSTANT:
+            self.result.num_stalled_instants += 1
+
+    def handed(self, inst, time_s: float | None) -> list[Step]:
+        """`inst` got a request at the front of its queue (redispatch, fill_idle): record where it waits now and
+        wake the instance (not when `time_s` is None: the caller wakes every instance)."""
+        self.records[inst.scheduler.waiting[0].req_id].inst_id = inst.inst_id
+        return [] if time_s is None else self.wake(inst.inst_id, time_s)
+
+    def wake_all(self, time_s: float) -> list[Event]:
+        """A step for every instance with work, except those whose step could only hand their first request on
+        (Scheduler.waits_for_others): one Handoff event after the steps does that for them."""
+        steps, parked, busy, sent = [], [], self.busy, self.backend.sent_tokens
+        for inst in self.engine.instances:
+            i, s = inst.inst_id, inst.scheduler
+            if busy[i] or not (s.waiting or s.running):
+                continue
+            if s.waits_for_others and not sent.get(i):
+                parked.append(i)
+            else:
+                steps += self.wake(i, time_s)
+        return steps + [Handoff(time_s, tuple(parked))] if parked else steps
+
+    def is_empty(self) -> bool:
+        """No step in flight, no request or KV anywhere, nothing for the next heartbeat to report."""
+        if any(self.busy) or self.engine.gmanager.entries or self.engine.gmanager.frozen:
+            return False
+        return not any(i.has_work or not i.rm.is_empty for i in self.engine.instances)
+
+    # --- the idle-while-work-waits time
+    def _advance_to(self, time_s: float) -> None:
+        if self.start_s is None:
+            self.start_s = time_s
+        self.idle_waiting_inst_s += self.num_idle_waiting * (time_s - self.last_s)
+        self.last_s = time_s
+        self.result.end_s = max(self.result.end_s, time_s)
+
+    def _after_event(self) -> None:
+        num_idle = self.computing.count(False)
+        self.num_idle_waiting = num_idle if num_idle and self.waiting_fits() else 0
+
+    def waiting_fits(self) -> bool:
+        """Some waiting request's KV (its tokens so far) fits the cluster's free rBlocks."""
+        instances = self.engine.instances
+        if self._need_at[0] != QUEUE_CLOCK.now:
+            self._need_at = (QUEUE_CLOCK.now, min((n for i in instances if (n := i.scheduler.min_waiting_blocks)
+                                                   is not None), default=None))
+        need = self._need_at[1]
+        if need is None:
+            return False
+        if self._free_at[0] != MEMORY_CLOCK.now:
+            self._free_at = (MEMORY_CLOCK.now, sum(i.rm.num_free for i in instances))
+        return need <= self._free_at[1]
+
+    def idle_waiting_frac(self) -> float:
+        span_s = self.last_s - (self.start_s or 0.0)
+        return self.idle_waiting_inst_s / (span_s * self.config.num_instances) if span_s > 0 else 0.0
+
+
+def simulate(config: SimConfig, requests, *, max_sim_s: float = float("inf"), on_event=None, on_round=None,
+             prefill_elsewhere: bool = False) -> ServingRun:
+    """Serve `requests` (objects with req_id, arrival_s, prompt_len, output_len) on the cluster of `config`
+    until every request finished, was rejected, or is stuck, or `max_sim_s` passed; `on_event(now_s)` is called
+    after each event and `on_round(now_s, engine)` after each gManager round. `prefill_elsewhere`: prompts arrive
+    with their KV computed by a separate prefill pool, so prefill steps take no time here (their KV is still
+    allocated, spilled and placed by the engine as usual): for studying decode-phase memory behaviour at lengths
+    whose prefill alone would take minutes."""
+    return Simulator(config, requests, max_sim_s=max_sim_s, on_event=on_event, on_round=on_round,
+                     prefill_elsewhere=prefill_elsewhere).run()
