@@ -35,9 +35,9 @@ def test_sensitivity_quick_arms_defaults_and_direction(tmp_path):
 def test_each_inputs_default_arm_is_one_run_and_every_other_arm_its_own():
     from repro.experiments.base import RunParams as P
     from repro.experiments.e2e import curve_groups, sizes
-    from repro.experiments.serving import LINK_DEFAULT
+    from reference_impl.links import DEFAULT_LINK
     params = P(quick=True, extra={"traces": "0,3"})
-    base = curve_groups(params, sizes(params), link=LINK_DEFAULT, source="fitted")
+    base = curve_groups(params, sizes(params), link=DEFAULT_LINK, source="fitted")
     arms = [(inp, value, g, arm_group(g, inp, value)) for inp in ARMS for value, _ in ARMS[inp] for g in base]
     runs = distinct_runs([a[3] for a in arms])
     for i, (inp, value, g, _) in enumerate(arms):

@@ -15,12 +15,13 @@ from reference_impl.calibration import readers
 from reference_impl.calibration.curve import Curve, fit_curve, isotonic, relative_errors, round_sig
 from reference_impl.calibration.specs import gpu_entry, gpu_names, model_entry, model_names, model_spec
 from reference_impl.errors import InputError
+from reference_impl.links import INTER_NODE, INTRA_NODE
 
 FORMAT = "infinite-llm-repro/calibration/1"
 NON_ATTENTION_MAX_REL_ERR = 0.05
 NETWORK_BINS_PER_OCTAVE = 2
 PROFILE_DTYPE_BYTES = 2  # Vidur and DistServe profiled fp16 models
-SEND_RECV_LINKS = {1: "inter-node", 2: "intra-node"}  # devices_per_node of a 2-worker send/recv
+SEND_RECV_LINKS = {1: INTER_NODE, 2: INTRA_NODE}  # devices_per_node of a 2-worker send/recv
 
 
 def binned_curve(xs, ys, bins_per_octave: int = NETWORK_BINS_PER_OCTAVE) -> Curve:

@@ -17,6 +17,7 @@ from reference_impl.calibration.memory import MemoryModel
 from reference_impl.calibration.overhead import StepOverhead
 from reference_impl.calibration.specs import model_spec, reserve_fraction
 from reference_impl.errors import InputError
+from reference_impl.links import DEFAULT_LINK, INTER_NODE, INTRA_NODE, link_gb_s
 from reference_impl.perf_model import InstanceLoad
 
 LSE_BYTES = 4  # float32 log-sum-exp per head
@@ -48,13 +49,11 @@ def resolve_link(hardware: dict, link, where: str) -> Link:
     if isinstance(link, str) and link in measured:
         return Link(link, curve=Curve.from_json(measured[link]))
     try:
-        gb_s = float(link)
-    except (TypeError, ValueError):
-        raise InputError(f"unknown link {link!r} for {where}: choose one of {', '.join(sorted(measured))} "
-                         "or a bandwidth in GB/s") from None
-    if not gb_s > 0:
-        raise InputError(f"link bandwidth must be > 0 GB/s (got {link!r})")
-    floor = measured.get("inter-node", {}).get("y", [0.0])[0]
+        gb_s = link_gb_s(link)
+    except InputError as exc:
+        raise InputError(f"{exc} for {where}: choose one of {', '.join(sorted(measured))} "
+                         "or a bandwidth in GB/s > 0") from None
+    floor = measured.get(INTER_NODE, {}).get("y", [0.0])[0]
     return Link(f"{gb_s:g} GB/s", latency_s=floor, bytes_per_s=gb_s * 1e9)
 
 
@@ -110,9 +109,9 @@ class CalibratedPerfModel:
                 raise InputError(f"{where} has no all-reduce profile for {tp} GPUs on {gpu}")
             all_reduce = Curve.from_json(hw["all_reduce_s"][str(tp)])
         if link is None:
-            link = "inter-node" if "inter-node" in hw["send_recv_s"] else "intra-node"
+            link = DEFAULT_LINK if DEFAULT_LINK in hw["send_recv_s"] else INTRA_NODE
         if pp_link is None:
-            pp_link = "intra-node" if tp * pp <= hw.get("gpus_per_node", 1) else "inter-node"
+            pp_link = INTRA_NODE if tp * pp <= hw.get("gpus_per_node", 1) else INTER_NODE
         dtype = hw["dtype_bytes"]
         memory = MemoryModel.for_setting(spec, tp=tp, pp=pp, dtype_bytes=dtype, mem_bytes=hw["mem_bytes"],
                                          reserve_fraction=reserve_fraction())

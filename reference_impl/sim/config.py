@@ -5,8 +5,7 @@ from pathlib import Path
 from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.errors import InputError
-
-INTER_NODE = "inter-node"
+from reference_impl.links import DEFAULT_LINK
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +18,7 @@ class SimConfig:
     pooling: bool = True  # False: every request's KV stays on its instance (vLLM-M, vLLM-S)
     # Link between instances for remote MicroAttention and KV moves: "inter-node" is Vidur's measured A100 DGX
     # send/recv (~7.8 GB/s at 64 MB); "intra-node" NVLink; or a bandwidth in GB/s ("0.125": the paper's Ethernet).
-    link: str = INTER_NODE
+    link: str = DEFAULT_LINK
     block_size: int = 128  # tokens per rBlock (a coarse block keeps Algorithm 1's k search short)
     max_batch_size: int = 256
     move_chunk_tokens: int = 128  # KV moved per instance and step (overlapped with the step's compute)
@@ -77,9 +76,7 @@ def _cached_model(model, gpu, tp, pp, link, coefficients_path=None, version=None
     return _MODELS[key]
 
 
-def blocks_per_instance(config: SimConfig, model: CalibratedPerfModel | None = None) -> int:
-    """rBlocks of one instance: `config.num_blocks`, else what the GPU's memory holds (`model`: the cost model of
-    `config`, when the caller has it)."""
+def blocks_per_instance(config: SimConfig) -> int:
     if config.num_blocks is not None:
         return config.num_blocks
-    return (perf_model(config) if model is None else model).memory.kv_capacity_tokens // config.block_size
+    return perf_model(config).memory.kv_capacity_tokens // config.block_size

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from reference_impl.calibration import CalibratedPerfModel
 from reference_impl.errors import InputError
+from reference_impl.links import INTRA_NODE
 from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs
 
 MAX_PRECOPY_STAGES = 30
@@ -27,7 +28,7 @@ MAX_PRECOPY_STAGES = 30
 class MigrationSetting:
     model: str = "llama2-7b"
     gpu: str = "A100-80GB-SXM"
-    link: str = "intra-node"  # between the GPU and its neighbour / the new instance's GPUs
+    link: str = INTRA_NODE  # between the GPU and its neighbour / the new instance's GPUs
     object_store_gb_s: float = 1.0  # assumption (the paper names Amazon S3, no bandwidth): multi-part download
     load_gb_s: float = 2.0  # assumption: safetensors file to GPU memory, per GPU
     trigger_fraction: float = 0.9  # Llumnix-style: provisioning starts at this share of the capacity

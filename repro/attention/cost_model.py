@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from reference_impl.calibration import coefficients
 from reference_impl.calibration.model import LSE_BYTES, Link, resolve_link
 from reference_impl.calibration.specs import model_spec
+from reference_impl.links import INTRA_NODE
 
 GPU = "A100-80GB-SXM"
 RATE_MODEL = "facebook/opt-13b"  # same attention dims as LLaMA2-13B
@@ -30,7 +31,7 @@ class AttentionCostModel:
     link: Link
 
     @classmethod
-    def for_model(cls, model: str = "llama2-13b", gpu: str = GPU, link: str = "intra-node") -> "AttentionCostModel":
+    def for_model(cls, model: str = "llama2-13b", gpu: str = GPU, link: str = INTRA_NODE) -> "AttentionCostModel":
         hw = coefficients.load()["hardware"][gpu]
         spec = model_spec(model)
         samples = [s for s in hw["attention"]["samples"] if s["model"] == RATE_MODEL]

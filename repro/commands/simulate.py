@@ -1,16 +1,17 @@
 import click
 
+from reference_impl.errors import InputError
+from reference_impl.links import DEFAULT_LINK, check_link
+
 # reference_impl.sim.systems.SYSTEMS, named here so `repro simulate --help` need not import the cost model
 # (tests/test_bad_input_cli.py checks the two agree)
 SYSTEM_NAMES = ("infinite-llm", "vllm-m", "vllm-s")
 
 
 def _check_link(_ctx, _param, value):
-    from repro.experiments.params import link
-
     try:
-        return link(value)
-    except ValueError as exc:
+        return check_link(value)
+    except InputError as exc:
         raise click.BadParameter(f"{exc}; give intra-node, inter-node or a bandwidth in GB/s > 0") from None
 
 
@@ -24,7 +25,7 @@ def _check_link(_ctx, _param, value):
               help="GPUs in the cluster.")
 @click.option("--tp", default=None, type=click.IntRange(min=1), help="Instance tensor parallelism (default: the smallest that "
               "leaves half the memory for KV).")
-@click.option("--link", default="inter-node", show_default=True, callback=_check_link,
+@click.option("--link", default=DEFAULT_LINK, show_default=True, callback=_check_link,
               help="Between instances: intra-node, inter-node, or a bandwidth in GB/s.")
 @click.option("--out", default=None, type=click.Path(dir_okay=False), help="Write per-request metrics (JSON).")
 def simulate(workload_path, system, model, gpu, num_gpus, tp, link, out):
@@ -32,9 +33,9 @@ def simulate(workload_path, system, model, gpu, num_gpus, tp, link, out):
     from dataclasses import asdict
 
     from reference_impl.atomic import check_writable_file, write_json_atomic
+    from reference_impl.backends.sim import simulate as run_sim
     from reference_impl.errors import InputError
     from reference_impl.sim.config import SimConfig, blocks_per_instance
-    from reference_impl.sim.simulator import simulate as run_sim
     from reference_impl.sim.systems import cluster, system_config
     from repro.progress import progress
     from workloads import load_jsonl

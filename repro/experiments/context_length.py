@@ -8,14 +8,14 @@ t=0 with the context as prompt minus OUTPUT_LEN; throughput is the sum of the re
 """
 from dataclasses import replace
 
-from reference_impl.serving.records import tpot_s
+from reference_impl.backends.sim import simulate
 from reference_impl.sim.config import blocks_per_instance
-from reference_impl.sim.simulator import simulate
+from reference_impl.links import DEFAULT_LINK
+from reference_impl.serving.records import tpot_s
 from reference_impl.sim.systems import cluster, system_config
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result
 from repro.experiments.params import LINK_HELP, Param, link
-from repro.experiments.serving import LINK_DEFAULT
 from workloads.request import Request
 
 GPU = "A100-80GB-SXM"
@@ -25,7 +25,7 @@ SYSTEMS = ("infinite-llm", "vllm-m", "vllm-s")
 OUTPUT_LEN = 16
 SHORT_LEN = 1000
 PAST_VLLM_M = 1.05  # "slightly exceeding" vLLM-M's limit
-PARAMS = (Param("link", link, LINK_DEFAULT, LINK_HELP),)
+PARAMS = (Param("link", link, DEFAULT_LINK, LINK_HELP),)
 
 
 def max_context(config) -> int:
@@ -54,7 +54,7 @@ def decode_tok_s(config, context: int, batch: int) -> tuple[float | None, int]:
 
 def run(params, log) -> dict:
     settings = SETTINGS[:2] if params.quick else SETTINGS
-    link = params.extra.get("link", LINK_DEFAULT)
+    link = params.extra.get("link", DEFAULT_LINK)
     rows = []
     for model, gpus in settings:
         base = cluster(model, GPU, gpus, link=link, seed=params.seed)

@@ -11,10 +11,11 @@ grid from probes of half a point's requests (`--param long_probe_fraction=1`: wh
 from functools import partial
 
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
-from repro.experiments.params import Param, fraction, int_list
-from repro.experiments.serving import LINK_DEFAULT, default_workers, point_pool, typed, workload
+from repro.experiments.params import LINK_HELP, Param, fraction, int_list, link
+from repro.experiments.serving import default_workers, point_pool, typed, workload
 from repro.experiments.serving_curves import LONG_PROBE_FRACTION, CurveGroup, run_curves
 from repro.experiments.serving_ray import RAY_PARAMS
+from reference_impl.links import DEFAULT_LINK
 from reference_impl.sim.systems import cluster
 
 GPU = "A100-80GB-SXM"
@@ -32,7 +33,7 @@ PARAMS = (
     Param("long_probe_fraction", fraction, LONG_PROBE_FRACTION,
           "traces 3-8: share of a point's requests (a prefix) the saturation probes serve; 1: the whole point",
           backends=SIM),
-    Param("link", str, LINK_DEFAULT, "inter-instance link: intra-node, inter-node or GB/s", backends=SIM),
+    Param("link", link, DEFAULT_LINK, LINK_HELP, backends=SIM),
     Param("source", str, "fitted", "workload lengths", choices=("fitted", "auto"), backends=("sim", "ray")),
     Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick)", backends=SIM),
     *RAY_PARAMS,

@@ -9,9 +9,10 @@ from functools import partial
 
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result
-from repro.experiments.params import Param, fraction, int_list
-from repro.experiments.serving import LINK_DEFAULT, default_workers, point_pool, typed, workload
+from repro.experiments.params import LINK_HELP, Param, fraction, int_list, link
+from repro.experiments.serving import default_workers, point_pool, typed, workload
 from repro.experiments.serving_curves import LONG_PROBE_FRACTION, CurveGroup, run_curves
+from reference_impl.links import DEFAULT_LINK
 from reference_impl.sim.systems import cluster
 from workloads.paper_tables import DATASETS
 
@@ -23,7 +24,7 @@ PARAMS = (
     Param("seeds", int, 3, "seeds per point (seed, seed+1, ...): lengths, arrivals and simulator"),
     Param("num_requests", int, None, "requests per point (200; 20 with --quick; the paper used 1000)"),
     Param("datasets", int_list, None, "only these dataset ids (default 1-18; 1 with --quick)"),
-    Param("link", str, LINK_DEFAULT, "inter-instance link: intra-node, inter-node or GB/s"),
+    Param("link", link, DEFAULT_LINK, LINK_HELP),
     Param("source", str, "fitted", "workload lengths", choices=("fitted", "auto")),
     Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick)"),
     Param("probe_fraction", fraction, LONG_PROBE_FRACTION,

@@ -1,6 +1,6 @@
 """Experiment parameters (`repro run --param KEY=VALUE`): declared once per experiment, typed, checked at the edge.
 
-    PARAMS = (Param("link", str, "inter-node", "inter-instance link: intra-node, inter-node or GB/s"),
+    PARAMS = (Param("link", link, DEFAULT_LINK, LINK_HELP),
               Param("num_requests", int, None, "requests per point (default: 1000, 100 with --quick)"),
               Param("rates", float_list, None, "comma-separated request rates per second"))
     EXPERIMENT = Experiment(..., params=PARAMS)
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from reference_impl.errors import InputError
+from reference_impl.links import check_link
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +92,6 @@ def positive_int_list(raw: str) -> tuple[int, ...]:
     return _list(raw, positive_int)
 
 
-MEASURED_LINKS = ("intra-node", "inter-node")  # the calibration's measured send/recv curves
 LINK_HELP = "between instances: intra-node, inter-node (measured send/recv) or a bandwidth in GB/s"
 
 
@@ -101,13 +101,10 @@ class ParamValueError(ValueError):
 
 def link(raw: str) -> str:
     """A measured link name or a bandwidth in GB/s (kept as text: the cost model resolves it)."""
-    text = str(raw).strip()
-    if text not in MEASURED_LINKS:
-        try:
-            positive_float(text)
-        except ValueError:
-            raise ParamValueError(f"unknown link {text!r}") from None
-    return text
+    try:
+        return check_link(raw)
+    except InputError as exc:
+        raise ParamValueError(str(exc)) from None
 
 
 _KINDS = {int: "integer", float: "number", str: "text", boolean: "true|false",

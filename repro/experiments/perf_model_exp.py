@@ -9,16 +9,15 @@ For each k, k of the long request's blocks move to the creditor, then:
 - simulated: the engine's scheduler admits what fits, and the sim backend times DECODE_STEPS decode steps.
 """
 from reference_impl.algorithm1 import after_move, instance_tps
+from reference_impl.backends.sim import SimBackend, _PromptIds, build_engine
 from reference_impl.errors import InputError
+from reference_impl.links import DEFAULT_LINK
 from reference_impl.sequence import Sequence, num_blocks_for
-from reference_impl.serving.records import RequestRecord
-from reference_impl.sim.backend import SimBackend, build_engine
 from reference_impl.sim.config import SimConfig, blocks_per_instance
-from reference_impl.sim.events import PromptIds
+from reference_impl.serving.records import RequestRecord, ServingRun
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result
 from repro.experiments.params import LINK_HELP, Param, link, positive_int
-from repro.experiments.serving import LINK_DEFAULT
 
 SHORT_LEN = 500
 CREDITOR_BATCH = 64
@@ -26,21 +25,22 @@ NUM_QUEUED = 300
 WARMUP_STEPS = 3
 DECODE_STEPS = 8  # 500 + 3 + 8 tokens stay inside 4 blocks of 128: no request needs a new block
 NEVER = 10**9  # output length: nobody finishes during the measurement
-PARAMS = (Param("link", link, LINK_DEFAULT, LINK_HELP),
+PARAMS = (Param("link", link, DEFAULT_LINK, LINK_HELP),
           Param("long_len", positive_int, None, "tokens of the debtor's long request (default: what fills the "
                                                 "instance but room for 4 short requests)"))
 
 
 def build(config: SimConfig, long_len: int):
-    records = {}
-    backend = SimBackend(config, records)
+    metrics = {}
+    result = ServingRun([])
+    backend = SimBackend(config, metrics, result)
     engine = build_engine(config, backend)
     debtor, creditor = engine.instances
-    seqs = [(debtor, Sequence(0, PromptIds(long_len), NEVER))]
-    seqs += [(creditor, Sequence(1 + i, PromptIds(SHORT_LEN), NEVER)) for i in range(CREDITOR_BATCH)]
-    seqs += [(debtor, Sequence(10_000 + i, PromptIds(SHORT_LEN), NEVER)) for i in range(NUM_QUEUED)]
+    seqs = [(debtor, Sequence(0, _PromptIds(long_len), NEVER))]
+    seqs += [(creditor, Sequence(1 + i, _PromptIds(SHORT_LEN), NEVER)) for i in range(CREDITOR_BATCH)]
+    seqs += [(debtor, Sequence(10_000 + i, _PromptIds(SHORT_LEN), NEVER)) for i in range(NUM_QUEUED)]
     for inst, seq in seqs:
-        records[seq.req_id] = RequestRecord(seq.req_id, 0.0, len(seq.prompt_ids), NEVER)
+        metrics[seq.req_id] = RequestRecord(seq.req_id, 0.0, len(seq.prompt_ids), NEVER)
         inst.scheduler.add(seq)
     return engine, backend
 
@@ -56,16 +56,17 @@ def measure(config: SimConfig, long_len: int, k: int) -> dict:
     moved = k and debtor.rm.move_kvcache(0, k, creditor.inst_id)
     while debtor.rm.moves:
         debtor.rm.advance_moves(backend.copy_blocks, k)
-    backend.sent_tokens.clear()
+    backend.move_tokens.clear()
     out = {"k": k, "moved": bool(moved) or k == 0}
     for name, inst in (("debtor", debtor), ("creditor", creditor)):
         tokens, time_s = 0, 0.0
         for step in range(WARMUP_STEPS + DECODE_STEPS):
             n_before = len(inst.scheduler.running)
-            _, cost, _ = backend.step(inst)
-            if step >= WARMUP_STEPS and cost is not None:
+            backend.duration_s = None
+            inst.step(backend)
+            if step >= WARMUP_STEPS and backend.duration_s is not None:
                 tokens += n_before
-                time_s += cost.duration_s
+                time_s += backend.duration_s
         out[f"{name}_tok_s"] = tokens / time_s if time_s else 0.0
         out[f"{name}_batch"] = len(inst.scheduler.running)
     out["aggregate_tok_s"] = out["debtor_tok_s"] + out["creditor_tok_s"]
@@ -90,7 +91,7 @@ def model_curve(config: SimConfig, long_len: int, ks) -> list[dict]:
 
 
 def run(params, log) -> dict:
-    link = params.extra.get("link", LINK_DEFAULT)
+    link = params.extra.get("link", DEFAULT_LINK)
     config = SimConfig(model="llama2-7b", num_instances=2, tp=1, link=link, seed=params.seed)
     capacity = blocks_per_instance(config)
     long_blocks = capacity - 4 * num_blocks_for(SHORT_LEN, config.block_size)  # room for a few short ones

@@ -27,12 +27,13 @@ from repro.experiments.base import ClaimRow, Experiment, RunParams, default_run_
 from repro.experiments.e2e import GPU, PAPER, curve_groups, sizes
 from repro.experiments.figures import main_result
 from repro.experiments.params import Param, int_list
-from repro.experiments.serving import LINK_DEFAULT, default_workers, point_pool, run_point, typed
+from repro.experiments.serving import default_workers, point_pool, run_point, typed
 from repro.experiments.serving import PointTask
 from repro.experiments.serving_curves import CurveGroup, find_saturation, probe_requests
 from repro.experiments.serving_plateau import Climb, extend_to_plateau, max_tput_tok_s, reaches_plateau
 from reference_impl.calibration.specs import model_spec
 from reference_impl.errors import InputError
+from reference_impl.links import DEFAULT_LINK, INTER_NODE, INTRA_NODE
 from reference_impl.sim.config import SimConfig
 from reference_impl.sim.systems import system_config
 
@@ -42,12 +43,12 @@ CHUNK_TOKENS = 512
 ARMS = {  # input -> ((label, value), ...); the default value of each input is one of its arms
     "prefill_tflops": ((43.5, "DistServe fit"), (144, "H100 measured x 312/989"), (190, "FlashAttention-2 A100"),
                        (230, "FlashAttention-2 A100, high")),
-    "link": (("intra-node", "NVLink"), ("inter-node", "measured inter-node"), ("0.125", "paper's 125 MB/s")),
+    "link": ((INTRA_NODE, "NVLink"), (INTER_NODE, "measured inter-node"), ("0.125", "paper's 125 MB/s")),
     "long_output_scale": ((0.5, "x0.5"), (1.0, "x1"), (2.0, "x2")),
     "max_batch_size": ((64, "64"), (256, "256"), (1024, "1024")),
     "chunked_prefill_tokens": ((None, "off"), (CHUNK_TOKENS, f"{CHUNK_TOKENS}-token chunks")),
 }
-DEFAULTS = {"prefill_tflops": CALIBRATED_PREFILL_TFLOPS, "link": LINK_DEFAULT, "long_output_scale": 1.0,
+DEFAULTS = {"prefill_tflops": CALIBRATED_PREFILL_TFLOPS, "link": DEFAULT_LINK, "long_output_scale": 1.0,
             "max_batch_size": SimConfig().max_batch_size, "chunked_prefill_tokens": None}
 FULL = dict(short_requests=1000, long_requests=200, seeds=3)  # e2e's points: the default arm checks the curves
 QUICK = dict(short_requests=60, long_requests=8, seeds=1)
@@ -126,7 +127,7 @@ def run(params, log) -> dict:
     e2e_params = RunParams(quick=params.quick, seed=params.seed,
                            extra={"traces": params.extra.get("traces"), "short_requests": size["short_requests"],
                                   "long_requests": size["long_requests"]})
-    base_groups = curve_groups(e2e_params, sizes(e2e_params), link=LINK_DEFAULT, source="fitted")
+    base_groups = curve_groups(e2e_params, sizes(e2e_params), link=DEFAULT_LINK, source="fitted")
     inputs = params.extra["inputs"].split(",") if params.extra.get("inputs") else list(ARMS)
     notes, arms = [], []
     for inp in inputs:

@@ -10,16 +10,14 @@ from multiprocessing import get_context
 
 import numpy as np
 
+from reference_impl.backends.sim import simulate
 from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
-from reference_impl.serving.points import ServingPoint
 from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
-from reference_impl.sim.simulator import simulate
+from reference_impl.serving.points import ServingPoint
 from reference_impl.sim.systems import system_config
 from repro.progress import live_bar
 from workloads import generate
 from workloads.generate import SourceOptions
-
-LINK_DEFAULT = "inter-node"  # Vidur's measured A100 DGX send/recv; the paper's "125MB/s" is a sweep point
 
 
 def workload(*, trace_id=None, dataset_id=None, num_requests: int, rate_per_s: float, seed: int, source: str):
