@@ -76,7 +76,9 @@ def _cached_model(model, gpu, tp, pp, link, coefficients_path=None, version=None
     return _MODELS[key]
 
 
-def blocks_per_instance(config: SimConfig) -> int:
+def blocks_per_instance(config: SimConfig, model: CalibratedPerfModel | None = None) -> int:
+    """rBlocks of one instance: `config.num_blocks`, else what the GPU's memory holds (`model`: the cost model of
+    `config`, when the caller has it)."""
     if config.num_blocks is not None:
         return config.num_blocks
-    return perf_model(config).memory.kv_capacity_tokens // config.block_size
+    return (perf_model(config) if model is None else model).memory.kv_capacity_tokens // config.block_size

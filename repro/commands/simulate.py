@@ -33,9 +33,9 @@ def simulate(workload_path, system, model, gpu, num_gpus, tp, link, out):
     from dataclasses import asdict
 
     from reference_impl.atomic import check_writable_file, write_json_atomic
-    from reference_impl.backends.sim import simulate as run_sim
     from reference_impl.errors import InputError
     from reference_impl.sim.config import SimConfig, blocks_per_instance
+    from reference_impl.sim.simulator import simulate as run_sim
     from reference_impl.sim.systems import cluster, system_config
     from repro.progress import progress
     from workloads import load_jsonl

@@ -8,10 +8,10 @@ t=0 with the context as prompt minus OUTPUT_LEN; throughput is the sum of the re
 """
 from dataclasses import replace
 
-from reference_impl.backends.sim import simulate
-from reference_impl.sim.config import blocks_per_instance
 from reference_impl.links import DEFAULT_LINK
 from reference_impl.serving.records import tpot_s
+from reference_impl.sim.config import blocks_per_instance
+from reference_impl.sim.simulator import simulate
 from reference_impl.sim.systems import cluster, system_config
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result

@@ -9,12 +9,13 @@ For each k, k of the long request's blocks move to the creditor, then:
 - simulated: the engine's scheduler admits what fits, and the sim backend times DECODE_STEPS decode steps.
 """
 from reference_impl.algorithm1 import after_move, instance_tps
-from reference_impl.backends.sim import SimBackend, _PromptIds, build_engine
 from reference_impl.errors import InputError
 from reference_impl.links import DEFAULT_LINK
 from reference_impl.sequence import Sequence, num_blocks_for
+from reference_impl.serving.records import RequestRecord
+from reference_impl.sim.backend import SimBackend, build_engine
 from reference_impl.sim.config import SimConfig, blocks_per_instance
-from reference_impl.serving.records import RequestRecord, ServingRun
+from reference_impl.sim.events import PromptIds
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result
 from repro.experiments.params import LINK_HELP, Param, link, positive_int
@@ -31,16 +32,15 @@ PARAMS = (Param("link", link, DEFAULT_LINK, LINK_HELP),
 
 
 def build(config: SimConfig, long_len: int):
-    metrics = {}
-    result = ServingRun([])
-    backend = SimBackend(config, metrics, result)
+    records = {}
+    backend = SimBackend(config, records)
     engine = build_engine(config, backend)
     debtor, creditor = engine.instances
-    seqs = [(debtor, Sequence(0, _PromptIds(long_len), NEVER))]
-    seqs += [(creditor, Sequence(1 + i, _PromptIds(SHORT_LEN), NEVER)) for i in range(CREDITOR_BATCH)]
-    seqs += [(debtor, Sequence(10_000 + i, _PromptIds(SHORT_LEN), NEVER)) for i in range(NUM_QUEUED)]
+    seqs = [(debtor, Sequence(0, PromptIds(long_len), NEVER))]
+    seqs += [(creditor, Sequence(1 + i, PromptIds(SHORT_LEN), NEVER)) for i in range(CREDITOR_BATCH)]
+    seqs += [(debtor, Sequence(10_000 + i, PromptIds(SHORT_LEN), NEVER)) for i in range(NUM_QUEUED)]
     for inst, seq in seqs:
-        metrics[seq.req_id] = RequestRecord(seq.req_id, 0.0, len(seq.prompt_ids), NEVER)
+        records[seq.req_id] = RequestRecord(seq.req_id, 0.0, len(seq.prompt_ids), NEVER)
         inst.scheduler.add(seq)
     return engine, backend
 
@@ -56,17 +56,16 @@ def measure(config: SimConfig, long_len: int, k: int) -> dict:
     moved = k and debtor.rm.move_kvcache(0, k, creditor.inst_id)
     while debtor.rm.moves:
         debtor.rm.advance_moves(backend.copy_blocks, k)
-    backend.move_tokens.clear()
+    backend.sent_tokens.clear()
     out = {"k": k, "moved": bool(moved) or k == 0}
     for name, inst in (("debtor", debtor), ("creditor", creditor)):
         tokens, time_s = 0, 0.0
         for step in range(WARMUP_STEPS + DECODE_STEPS):
             n_before = len(inst.scheduler.running)
-            backend.duration_s = None
-            inst.step(backend)
-            if step >= WARMUP_STEPS and backend.duration_s is not None:
+            _, cost, _ = backend.step(inst)
+            if step >= WARMUP_STEPS and cost is not None:
                 tokens += n_before
-                time_s += backend.duration_s
+                time_s += cost.duration_s
         out[f"{name}_tok_s"] = tokens / time_s if time_s else 0.0
         out[f"{name}_batch"] = len(inst.scheduler.running)
     out["aggregate_tok_s"] = out["debtor_tok_s"] + out["creditor_tok_s"]

@@ -10,10 +10,10 @@ from multiprocessing import get_context
 
 import numpy as np
 
-from reference_impl.backends.sim import simulate
 from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
-from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
 from reference_impl.serving.points import ServingPoint
+from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
+from reference_impl.sim.simulator import simulate
 from reference_impl.sim.systems import system_config
 from repro.progress import live_bar
 from workloads import generate
