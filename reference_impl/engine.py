@@ -13,10 +13,11 @@ from reference_impl.dgfm import execute_swap
 from reference_impl.errors import InputError
 from reference_impl.gmanager import GManager, GManagerConfig
 from reference_impl.instance import Backend, Instance
+from reference_impl.memo import Changes, Memo
 from reference_impl.perf_model import PerfModel
 from reference_impl.retrieval import blocks_to_retrieve, main_creditor
-from reference_impl.rmanager import MEMORY_CLOCK, RManager
-from reference_impl.scheduler import QUEUE_CLOCK, Scheduler
+from reference_impl.rmanager import RManager
+from reference_impl.scheduler import Scheduler
 from reference_impl.sequence import Sequence, num_blocks_for
 
 
@@ -63,10 +64,11 @@ class Engine:
         recommend = self.recommend if config.pooling else None
         peers: dict = {}
         chunk = max(1, config.move_chunk_tokens // config.block_size)
+        self.changes = Changes()  # of every rManager and scheduler here: what the memos below are keyed on
         self.instances = []
         for i in range(config.num_instances):
             rm = RManager(i, config.blocks_per_instance, config.cpu_blocks_per_instance, config.max_lent_blocks, peers,
-                          exclusive_roles=config.exclusive_roles)
+                          exclusive_roles=config.exclusive_roles, changes=self.changes)
             scheduler = Scheduler(rm, config.block_size, config.max_batch_size, recommend,
                                   chunked_prefill_tokens=config.chunked_prefill_tokens)
             self.instances.append(Instance(rm, scheduler, chunk))
@@ -75,11 +77,10 @@ class Engine:
         self.rmanagers = peers
         self.num_steps = 0
         self.num_swaps = 0  # DGFM swaps carried out
-        # (gManager, inst_id -> state at its last heartbeat, (MEMORY_CLOCK, QUEUE_CLOCK) at the last heartbeats)
-        self._heard: tuple[GManager, dict, tuple | None] | None = None
-        # (MEMORY_CLOCK count, lendable room of the cluster, of each instance, pooled room of those asked)
-        self._rooms_at: tuple[int, int, list[int], dict[int, int]] | None = None
-        self._none_to_fill_at: tuple[int, int] | None = None  # (MEMORY_CLOCK, QUEUE_CLOCK) of an empty fill_idle
+        self._sent = Memo()  # inst_id -> its state at its last heartbeat, per gManager
+        self._heard = Memo()  # (gManager, changes) at the last heartbeats
+        self._lendable = Memo()  # each instance's lendable room, their sum, the pooled room of those asked, per memory
+        self._none_to_fill = Memo()  # (changes) at a fill_idle that found nothing
         self.finished: list[Sequence] = []
 
     def recommend(self, debtor_inst: int, num_blocks: int) -> list[int]:
@@ -109,15 +110,10 @@ class Engine:
     def add_request(self, seq: Sequence) -> int:
         """Dispatch to the instance with the most free memory (ties: the fewest running); returns its id."""
         self.check_fits(seq)
-        inst = max(self.instances, key=lambda i: (i.rm.num_free - self._num_waiting_blocks(i.scheduler),
+        inst = max(self.instances, key=lambda i: (i.rm.num_free - i.scheduler.num_waiting_blocks,
                                                   -len(i.scheduler.running), -i.inst_id))
         inst.scheduler.add(seq)
         return inst.inst_id
-
-    def _num_waiting_blocks(self, s) -> int:
-        if isinstance(s, Scheduler):
-            return s.num_waiting_blocks
-        return sum(num_blocks_for(seq.num_tokens, self.config.block_size) for seq in s.waiting)  # a Ray actor's
 
     def pool_targets(self) -> list[tuple[int, Instance]]:
         """(rBlocks it could admit now with what creditors lend, instance) of every instance with an empty queue
@@ -131,11 +127,8 @@ class Engine:
 
     def _pooled_room(self):
         """inst -> rBlocks it could admit now with what creditors lend; valid until memory changes (read once
-        per MEMORY_CLOCK count: many events change no memory)."""
-        if self._rooms_at is None or self._rooms_at[0] != MEMORY_CLOCK.now:
-            lendable = [i.rm.num_lendable for i in self.instances]
-            self._rooms_at = (MEMORY_CLOCK.now, sum(lendable), lendable, {})
-        _, total_lendable, lendable, rooms = self._rooms_at
+        per count of memory changes: many events change no memory)."""
+        lendable, total_lendable, rooms = self._lendable.get(self.changes.memory, self._lendable_now)
 
         def room(inst: Instance) -> int:
             if inst.inst_id not in rooms:
@@ -143,13 +136,17 @@ class Engine:
             return rooms[inst.inst_id]
         return room
 
+    def _lendable_now(self) -> tuple[list[int], int, dict[int, int]]:
+        lendable = [i.rm.num_lendable for i in self.instances]
+        return lendable, sum(lendable), {}
+
     def redispatch(self, inst: Instance, targets: list | None = None) -> Instance | None:
         """Admission against the pool: when `inst` cannot admit its first waiting request now, hand it to the
         front of an instance with an empty queue that can (local room plus what creditors lend); that instance,
         or None. `targets`: pool_targets() when the caller has them."""
         s = inst.scheduler
-        if not (self.config.pooling and isinstance(s, Scheduler) and s.waiting and s.is_head_blocked):
-            return None  # (a Ray actor's queue stays in the actor)
+        if not (self.config.pooling and s.waiting and s.is_head_blocked):
+            return None
         need = num_blocks_for(s.waiting[0].num_tokens, self.config.block_size)
         fits = [other for room, other in (self.pool_targets() if targets is None else targets)
                 if other is not inst and need <= room]
@@ -164,12 +161,12 @@ class Engine:
         """No idle instance while work it could run waits: an instance running nothing whose first waiting
         request (if any) does not fit takes the first waiting request of the cluster that fits it now (its own
         queue first, then the others' in id order) to the front of its queue. The instances that got one."""
-        if not self.config.pooling or not isinstance(self.instances[0].scheduler, Scheduler):
+        if not self.config.pooling:
             return []
         if not any(inst.scheduler.waiting for inst in self.instances):
             return []
-        clocks = (MEMORY_CLOCK.now, QUEUE_CLOCK.now)
-        if self._none_to_fill_at == clocks:
+        changes = (self.changes.memory, self.changes.queues)
+        if self._none_to_fill.holds(changes):
             return []  # nothing changed since a call that found nothing
         bs = self.config.block_size
         filled = []
@@ -205,22 +202,20 @@ class Engine:
                 least = None
                 break
         if not filled:
-            self._none_to_fill_at = clocks
+            self._none_to_fill.set(changes)
         return filled
 
     def heartbeats(self, full: bool = False) -> None:
         """Each rManager's heartbeat; one whose instance did not change since its last (same rManager version,
         same queues) is not sent: the gManager holds that status already and it would carry no entry."""
-        clocks = (MEMORY_CLOCK.now, QUEUE_CLOCK.now)
-        if self._heard is None or self._heard[0] is not self.gmanager:
-            self._heard = (self.gmanager, {}, None)
-        elif not full and self._heard[2] == clocks:
-            return  # no rManager and no queue changed since the last heartbeats
-        sent = self._heard[1]
-        self._heard = (self.gmanager, sent, clocks)
+        heard = (self.gmanager, self.changes.memory, self.changes.queues)
+        if not full and self._heard.holds(heard):
+            return  # no rManager and no queue changed since the last heartbeats to this gManager
+        self._heard.set(heard)
+        sent = self._sent.get(self.gmanager, dict)
         for inst in self.instances:
             s = inst.scheduler
-            state = (inst.rm.version, len(s.running), len(s.waiting), self._num_waiting_blocks(s))
+            state = (inst.rm.version, len(s.running), len(s.waiting), s.num_waiting_blocks)
             if full or sent.get(inst.inst_id) != state:
                 self.gmanager.heartbeat(inst.rm.heartbeat(inst.status(), full=full))
                 sent[inst.inst_id] = state

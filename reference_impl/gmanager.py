@@ -11,6 +11,7 @@ import numpy as np
 
 from reference_impl.algorithm1 import InstanceView, plan_moves
 from reference_impl.dgfm import cancellable_debts, graph_nodes, plan_swap
+from reference_impl.memo import Memo
 from reference_impl.perf_model import AnalyticPerfModel, PerfModel
 from reference_impl.protocol import Heartbeat, InstanceStatus, MoveKVCache, RequestPlacementEntry, Swap
 
@@ -40,8 +41,8 @@ class GManager:
         # every change of the map, a status or the frozen set bumps `version`; a round and a DGFM plan on an
         # unchanged version are what they were (both are functions of those alone)
         self.version = 0
-        self._round_at: tuple[int, list[MoveKVCache]] | None = None
-        self._acyclic_at: tuple[int, int] | None = None  # (version, debt-graph nodes) of a plan that found no cycle
+        self._round = Memo()  # run_round's moves, per version
+        self._acyclic = Memo()  # the debt-graph nodes of a DGFM plan that found no cycle, per version
 
     def heartbeat(self, hb: Heartbeat) -> None:
         if hb.full or hb.entries or hb.removed_req_ids or self.status.get(hb.inst_id) != hb.status:
@@ -125,23 +126,22 @@ class GManager:
 
     def run_round(self) -> list[MoveKVCache]:
         """One periodic round on the current map: recalls, then Algorithm 1."""
-        if self._round_at is not None and self._round_at[0] == self.version:
-            return list(self._round_at[1])
+        return list(self._round.get(self.version, self._plan_round))
+
+    def _plan_round(self) -> list[MoveKVCache]:
         views = self.views()
         recalls = self.plan_recalls(views)
         homes = self.homes()
         recalled = {homes[m.req_id] for m in recalls}
-        moves = recalls + plan_moves(views, self.perf_model, self.config.block_size, self.config.beta_thres,
-                                     self.config.util_thres, frozen=self.frozen, skip=recalled,
-                                     max_k_evals=self.config.max_k_evals, k_memo=self._k_memo)
-        self._round_at = (self.version, moves)
-        return list(moves)
+        return recalls + plan_moves(views, self.perf_model, self.config.block_size, self.config.beta_thres,
+                                    self.config.util_thres, frozen=self.frozen, skip=recalled,
+                                    max_k_evals=self.config.max_k_evals, k_memo=self._k_memo)
 
     def plan_dgfm(self, rng: np.random.Generator) -> Swap | None:
         """A DGFM swap on one debt cycle, its requests frozen until `swap_done`."""
-        if self._acyclic_at is not None and self._acyclic_at[0] == self.version:
-            if self._acyclic_at[1]:
-                rng.permutation(self._acyclic_at[1])  # the search's draw: the stream stays as if it ran
+        if self._acyclic.holds(self.version):
+            if self._acyclic.value:
+                rng.permutation(self._acyclic.value)  # the search's draw: the stream stays as if it ran
             return None
         placements = defaultdict(dict)
         for e in self.entries.values():
@@ -151,7 +151,7 @@ class GManager:
         graph = cancellable_debts(placements, homes, self.config.dgfm_min_blocks)
         swap = plan_swap(graph, placements, homes, rng)
         if swap is None:
-            self._acyclic_at = (self.version, len(graph_nodes(graph)))
+            self._acyclic.set(self.version, len(graph_nodes(graph)))
         else:
             self.frozen |= {r for r, *_ in swap.recalls}
             self.version += 1

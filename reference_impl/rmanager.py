@@ -11,32 +11,22 @@ import itertools
 from collections.abc import Callable
 
 from reference_impl.kv_moves import KVMove, KVMoves
+from reference_impl.memo import Changes, Memo
 from reference_impl.protocol import Heartbeat, InstanceStatus, RequestPlacementEntry
 from reference_impl.rblock import BlockPool, RBlock
 
 CopyBlocks = Callable[[list[tuple[RBlock, RBlock]]], None]  # reads every source, then writes every destination
 Recommend = Callable[[int, int], list[int]]  # (debtor inst, num_blocks) -> creditor candidates
 
-__all__ = ["CopyBlocks", "KVMove", "MEMORY_CLOCK", "RManager", "Recommend"]
-
-
-class Clock:
-    """A process-wide change counter: whatever a reader derived from the state it counts when the count was
-    `now` stays valid while it still is. MEMORY_CLOCK counts rManager changes (blocks, reservations, counts,
-    moves, entries); scheduler.QUEUE_CLOCK the schedulers' queue changes."""
-
-    __slots__ = ("now",)
-
-    def __init__(self):
-        self.now = 0
-
-
-MEMORY_CLOCK = Clock()
+__all__ = ["CopyBlocks", "KVMove", "RManager", "Recommend"]
 
 
 class RManager(KVMoves):
     def __init__(self, inst_id: int, num_device_blocks: int, num_cpu_blocks: int = 0,
-                 max_lent_blocks: int | None = None, peers: dict | None = None, *, exclusive_roles: bool = True):
+                 max_lent_blocks: int | None = None, peers: dict | None = None, *, exclusive_roles: bool = True,
+                 changes: Changes | None = None):
+        """`changes`: the change counts every rManager in `peers` shares (the Engine's), which lets what is read
+        from the peers be memoised; None: a peer may be in another process (a Ray actor's), so it is read afresh."""
         self.inst_id = inst_id
         self.pool = BlockPool(num_device_blocks, num_cpu_blocks)
         self.max_lent_blocks = self.pool.num_capacity if max_lent_blocks is None else max_lent_blocks
@@ -49,9 +39,10 @@ class RManager(KVMoves):
         self.reserved: dict[int, int] = {}  # req_id -> blocks promised by try_move_kvcache
         self._remote_reserved_ids: set[int] = set()  # reservations for remote requests (lent room)
         self._num_reserved = self._num_remote_reserved = 0
-        self._lendable: int | None = None  # num_lendable's cache
-        self._peers_lendable_at = (-1, 0)  # (MEMORY_CLOCK count, what the peers may lend then)
-        self.version = 0  # changes of this rManager (a hot path: counted inline, as is MEMORY_CLOCK)
+        self.version = 0  # changes of this rManager (a hot path: counted inline, as are `changes.memory`)
+        self.changes = Changes() if changes is None else changes
+        self._lendable = Memo()  # num_lendable, per version
+        self._peers_lendable = None if changes is None else Memo()  # what the peers may lend, per changes.memory
         self.moves: list[KVMove] = []
         self.frozen: set[int] = set()
         self.peers = {} if peers is None else peers
@@ -76,16 +67,15 @@ class RManager(KVMoves):
 
     @property
     def num_lendable(self) -> int:
-        # a hot path: cached; every change of its inputs (pool, reservations, counts, moves) drops the cache
-        if self._lendable is None:
-            if self.exclusive_roles and self.is_debtor:
-                self._lendable = 0
-            else:
-                num_used = len(self.pool.owner)
-                num_free = self.pool.num_capacity - num_used - self._num_reserved
-                self._lendable = max(0, min(num_free, self.max_lent_blocks - (num_used - self.num_home_here)
-                                            - self._num_remote_reserved))
-        return self._lendable
+        # a hot path: every change of its inputs (pool, reservations, counts, moves) moves `version`
+        return self._lendable.get(self.version, self._lendable_now)
+
+    def _lendable_now(self) -> int:
+        if self.exclusive_roles and self.is_debtor:
+            return 0
+        num_used = len(self.pool.owner)
+        num_free = self.pool.num_capacity - num_used - self._num_reserved
+        return max(0, min(num_free, self.max_lent_blocks - (num_used - self.num_home_here) - self._num_remote_reserved))
 
     @property
     def is_debtor(self) -> bool:
@@ -102,9 +92,8 @@ class RManager(KVMoves):
         return not (self.exclusive_roles and self.is_creditor)
 
     def _dirty(self) -> None:
-        self._lendable = None
         self.version += 1
-        MEMORY_CLOCK.now += 1
+        self.changes.memory += 1
 
     def _remote_reserved(self) -> int:
         return self._num_remote_reserved
@@ -299,14 +288,14 @@ class RManager(KVMoves):
         here = self.num_free + self._remote_reserved()
         if not (pooled and self.can_borrow):
             return here
-        if peers_lendable is None:
-            if self._peers_lendable_at[0] == MEMORY_CLOCK.now:  # (admission is retried every step)
-                return here + self._peers_lendable_at[1]
-            others = [p for i, p in self.peers.items() if i != self.inst_id]
-            peers_lendable = sum(p.num_lendable for p in others)
-            if all(isinstance(p, RManager) for p in others):  # a peer in another process does not tick this clock
-                self._peers_lendable_at = (MEMORY_CLOCK.now, peers_lendable)
+        if peers_lendable is None:  # (admission is retried every step: memoised when the peers share `changes`)
+            memo = self._peers_lendable
+            peers_lendable = (self._peers_lendable_now() if memo is None
+                              else memo.get(self.changes.memory, self._peers_lendable_now))
         return here + peers_lendable
+
+    def _peers_lendable_now(self) -> int:
+        return sum(p.num_lendable for i, p in self.peers.items() if i != self.inst_id)
 
     def can_admit(self, num_blocks: int, pooled: bool) -> bool:
         here = self.num_free + self._remote_reserved()

@@ -7,13 +7,10 @@ model (the Ray actors' schedulers) waiting requests come first and retrieval tak
 """
 from collections import deque
 
-from reference_impl.rmanager import Clock, Recommend, RManager
+from reference_impl.rmanager import Recommend, RManager
 from reference_impl.sequence import Sequence, Status, num_blocks_for
 
-
-# counts changes of any scheduler's queues (waiting and running requests, a blocked head), process-wide:
-# what was derived from them (Engine.fill_idle's outcome) holds while the count has not moved
-QUEUE_CLOCK = Clock()
+STALE = -1  # min_waiting_blocks is to be recomputed
 
 
 class Scheduler:
@@ -23,6 +20,7 @@ class Scheduler:
         `chunked_prefill_tokens`: each step decodes every running request and prefills prompt chunks in the
         tokens left of this budget (vLLM's chunked prefill); None: a step prefills whole prompts or decodes."""
         self.rm = rmanager
+        self.changes = rmanager.changes  # queue changes count in `changes.queues`
         self.chunked_prefill_tokens = chunked_prefill_tokens
         self.block_size = block_size
         self.max_batch_size = max_batch_size
@@ -34,7 +32,7 @@ class Scheduler:
         self.retrieval = None
         self._head_blocked = False
         self.num_waiting_blocks = 0  # rBlocks the waiting requests need at admission
-        self._min_waiting_blocks: int | None = None  # cache of min_waiting_blocks; -1: stale
+        self._min_waiting_blocks: int | None = None  # kept as requests come, STALE when the smallest leaves
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -53,25 +51,25 @@ class Scheduler:
     def is_head_blocked(self, blocked: bool) -> None:
         if blocked != self._head_blocked:
             self._head_blocked = blocked
-            QUEUE_CLOCK.now += 1
+            self.changes.queues += 1
 
     def _added(self, seq: Sequence) -> None:
-        QUEUE_CLOCK.now += 1
+        self.changes.queues += 1
         need = num_blocks_for(seq.num_tokens, self.block_size)
         self.num_waiting_blocks += need
-        if self._min_waiting_blocks is None or (self._min_waiting_blocks >= 0 and need < self._min_waiting_blocks):
+        if self._min_waiting_blocks is None or (self._min_waiting_blocks != STALE and need < self._min_waiting_blocks):
             self._min_waiting_blocks = need
 
     def take_waiting(self, index: int = 0) -> Sequence:
         seq = self.waiting[index]
         del self.waiting[index]
-        QUEUE_CLOCK.now += 1
+        self.changes.queues += 1
         need = num_blocks_for(seq.num_tokens, self.block_size)
         self.num_waiting_blocks -= need
         if not self.waiting:
             self._min_waiting_blocks = None
         elif need == self._min_waiting_blocks:
-            self._min_waiting_blocks = -1
+            self._min_waiting_blocks = STALE
         return seq
 
     def remove_waiting(self, req_id: int) -> None:
@@ -84,7 +82,7 @@ class Scheduler:
     def min_waiting_blocks(self) -> int | None:
         """The fewest rBlocks a waiting request needs at admission (None: nothing waits). A waiting request's
         length does not change, so this is recomputed only after the smallest one leaves the queue."""
-        if self._min_waiting_blocks == -1:
+        if self._min_waiting_blocks == STALE:
             self._min_waiting_blocks = min(num_blocks_for(seq.num_tokens, self.block_size) for seq in self.waiting)
         return self._min_waiting_blocks
 
@@ -194,11 +192,11 @@ class Scheduler:
 
     def _run(self, seqs: list[Sequence]) -> None:
         self.running.extend(seqs)
-        QUEUE_CLOCK.now += 1
+        self.changes.queues += 1
 
     def remove_running(self, seq: Sequence) -> None:
         self.running.remove(seq)
-        QUEUE_CLOCK.now += 1
+        self.changes.queues += 1
 
     def preempt(self, seq: Sequence) -> None:
         self.remove_running(seq)

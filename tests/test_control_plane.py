@@ -284,8 +284,8 @@ def test_a_block_put_back_on_a_moves_source_is_taken_first():
 
 
 def test_admissible_room_reads_a_peer_in_another_process_afresh():
-    """The peers' lendable room is cached per MEMORY_CLOCK count only when every peer is in this process (a Ray
-    actor's peer changes without ticking it)."""
+    """The peers' lendable room is memoised only when the rManagers share an engine's change counts; without them
+    (a Ray actor's rManager, whose peers change in other processes) it is read afresh."""
 
     class OtherProcess:
         num_lendable = 0

@@ -1,5 +1,6 @@
-"""The engine's shortcuts are exact: a heartbeat left unsent, a memoized round, and reads cached while
-MEMORY_CLOCK stands give what computing afresh gives, at every round of a run with moves and parked work."""
+"""The engine's shortcuts are exact: a heartbeat left unsent, a memoized round, and reads memoised while the
+engine's count of memory changes stands give what computing afresh gives, at every round of a run with moves and
+parked work."""
 from reference_impl.engine import Engine
 from reference_impl.gmanager import GManager
 from reference_impl.serving.records import FINISHED
@@ -44,7 +45,7 @@ def test_a_memoized_round_plans_what_a_fresh_gmanager_plans(monkeypatch):
     memo_hits = []
 
     def checked_round(gm):
-        hit = gm._round_at is not None and gm._round_at[0] == gm.version
+        hit = gm._round.holds(gm.version)
         fresh = GManager(gm.config, gm.perf_model)
         fresh.entries, fresh.status, fresh.frozen = dict(gm.entries), dict(gm.status), set(gm.frozen)
         planned = run_round(gm)
@@ -60,26 +61,25 @@ def test_a_memoized_round_plans_what_a_fresh_gmanager_plans(monkeypatch):
     assert any(memo_hits) and not all(memo_hits)
 
 
-def test_fill_idle_and_handoff_that_found_nothing_find_nothing_while_no_clock_moves(monkeypatch):
+def test_fill_idle_and_handoff_that_found_nothing_find_nothing_while_no_change_is_counted(monkeypatch):
     """Engine.fill_idle and events.Handoff skip their work when memory and queues did not change since they
     last found nothing to do: doing it anyway finds nothing again."""
-    from reference_impl.rmanager import MEMORY_CLOCK
-    from reference_impl.scheduler import QUEUE_CLOCK
+    from reference_impl.memo import Memo
     from reference_impl.sim import events
 
     hits = {"fill_idle": 0, "handoff": 0}
     fill_idle, handoff = Engine.fill_idle, events.Handoff.handle
 
     def checked_fill_idle(engine):
-        if engine._none_to_fill_at == (MEMORY_CLOCK.now, QUEUE_CLOCK.now):
-            engine._none_to_fill_at = None
+        if engine._none_to_fill.holds((engine.changes.memory, engine.changes.queues)):
+            engine._none_to_fill = Memo()
             hits["fill_idle"] += 1
             assert fill_idle(engine) == []
         return fill_idle(engine)
 
     def checked_handoff(event, sim):
-        if sim.quiet_handoff == (MEMORY_CLOCK.now, QUEUE_CLOCK.now, event.inst_ids):
-            sim.quiet_handoff = None
+        if sim.quiet_handoff.holds((sim.changes.memory, sim.changes.queues, event.inst_ids)):
+            sim.quiet_handoff = Memo()
             hits["handoff"] += 1
             assert handoff(event, sim) == []
         return handoff(event, sim)

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from reference_impl.errors import InputError
-from reference_impl.rmanager import MEMORY_CLOCK
-from reference_impl.scheduler import QUEUE_CLOCK
 from reference_impl.sequence import Sequence
 from reference_impl.serving.records import FINISHED, REJECTED
 
@@ -110,8 +108,8 @@ class Handoff(Event):
 
     def handle(self, sim: Simulator) -> list[Event]:
         engine, caused, targets = sim.engine, [], None
-        key = (MEMORY_CLOCK.now, QUEUE_CLOCK.now, self.inst_ids)
-        if sim.quiet_handoff == key:
+        key = (sim.changes.memory, sim.changes.queues, self.inst_ids)
+        if sim.quiet_handoff.holds(key):
             return []  # the same instances, nothing changed since a handoff that did nothing
         for inst_id in self.inst_ids:
             inst = engine.instances[inst_id]
@@ -125,7 +123,7 @@ class Handoff(Event):
         for idle in engine.fill_idle():
             caused += sim.handed(idle, self.time_s)
         if not caused:
-            sim.quiet_handoff = key
+            sim.quiet_handoff.set(key)
         return caused
 
 

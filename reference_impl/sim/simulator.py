@@ -20,8 +20,7 @@ fit the cluster's free rBlocks.
 import heapq
 import itertools
 
-from reference_impl.rmanager import MEMORY_CLOCK
-from reference_impl.scheduler import QUEUE_CLOCK
+from reference_impl.memo import Memo
 from reference_impl.sequence import Sequence
 from reference_impl.serving.records import FINISHED, RequestRecord, ServingRun
 from reference_impl.sim.backend import SimBackend, StepCost, build_engine
@@ -55,9 +54,10 @@ class Simulator:
         self.last_s = 0.0
         self.num_idle_waiting = 0  # instances running no step while a waiting request fits the free rBlocks
         self.idle_waiting_inst_s = 0.0
-        self._free_at = (-1, 0)  # (MEMORY_CLOCK count, free rBlocks of the cluster)
-        self._need_at = (-1, None)  # (QUEUE_CLOCK count, fewest rBlocks a waiting request needs)
-        self.quiet_handoff = None  # (MEMORY_CLOCK, QUEUE_CLOCK, instances) of a Handoff that did nothing
+        self.changes = self.engine.changes
+        self._free = Memo()  # free rBlocks of the cluster, per memory change count
+        self._need = Memo()  # fewest rBlocks a waiting request needs, per queue change count
+        self.quiet_handoff = Memo()  # (changes, instances) of a Handoff that did nothing
         self._queue: list[tuple[float, int, Event]] = []
         self._order = itertools.count()
         self.schedule([Arrival(r.arrival_s, r) for r in sorted(requests, key=lambda r: (r.arrival_s, r.req_id))])
@@ -158,16 +158,15 @@ class Simulator:
 
     def waiting_fits(self) -> bool:
         """Some waiting request's KV (its tokens so far) fits the cluster's free rBlocks."""
-        instances = self.engine.instances
-        if self._need_at[0] != QUEUE_CLOCK.now:
-            self._need_at = (QUEUE_CLOCK.now, min((n for i in instances if (n := i.scheduler.min_waiting_blocks)
-                                                   is not None), default=None))
-        need = self._need_at[1]
-        if need is None:
-            return False
-        if self._free_at[0] != MEMORY_CLOCK.now:
-            self._free_at = (MEMORY_CLOCK.now, sum(i.rm.num_free for i in instances))
-        return need <= self._free_at[1]
+        need = self._need.get(self.changes.queues, self._min_need)
+        return need is not None and need <= self._free.get(self.changes.memory, self._num_free)
+
+    def _min_need(self) -> int | None:
+        return min((n for i in self.engine.instances if (n := i.scheduler.min_waiting_blocks) is not None),
+                   default=None)
+
+    def _num_free(self) -> int:
+        return sum(i.rm.num_free for i in self.engine.instances)
 
     def idle_waiting_frac(self) -> float:
         span_s = self.last_s - (self.start_s or 0.0)
