@@ -23,7 +23,9 @@ class KVMove:
 
 
 class KVMoves:
-    """Mixed into RManager: its home requests' moves (`moves`, indexed by request)."""
+    """Mixed into RManager: its home requests' moves (`moves`, indexed by request). What it reads of the
+    rManager is public: inst_id, peers, tables, holders_by_req, hosted, frozen, exclusive_roles, is_creditor,
+    num_lent, set_block, home_of, note_change; the rManager calls is_moving_out, block_placed and cancel_moves."""
 
     @property
     def moves(self) -> list[KVMove]:
@@ -32,19 +34,30 @@ class KVMoves:
     @moves.setter
     def moves(self, moves) -> None:
         self._moves = list(moves)
-        self._dirty()
+        self.note_change()
         self._moves_by_req: dict[int, list[KVMove]] = {}
         for m in self._moves:
             self._moves_by_req.setdefault(m.req_id, []).append(m)
 
+    @property
+    def is_moving_out(self) -> bool:
+        """A move is taking blocks of a home request to another instance."""
+        return bool(self._moves) and any(m.dst_inst != self.inst_id for m in self._moves)
+
+    def cancel_moves(self, req_id: int) -> None:
+        """Drop the pending moves of home request `req_id` and the room they reserved."""
+        for move in list(self._moves_by_req.get(req_id, ())):
+            self.peers[move.dst_inst].cancel_reservation(req_id)
+            self._drop_move(move)
+
     def _add_move(self, move: KVMove) -> None:
         self._moves.append(move)
-        self._dirty()
+        self.note_change()
         self._moves_by_req.setdefault(move.req_id, []).append(move)
 
     def _drop_move(self, move: KVMove) -> None:
         self._moves.remove(move)
-        self._dirty()
+        self.note_change()
         same = self._moves_by_req[move.req_id]
         same.remove(move)
         if not same:
@@ -100,7 +113,7 @@ class KVMoves:
         move.cursor = len(table) if skipped is None else skipped
         return None
 
-    def _block_placed(self, req_id: int, index: int, inst_id: int) -> None:
+    def block_placed(self, req_id: int, index: int, inst_id: int) -> None:
         """set_block put logical block `index` of `req_id` on `inst_id`: moves that may take it scan from there."""
         for move in self._moves_by_req.get(req_id, ()):
             if index < move.cursor and self._takes_from(move, inst_id):
@@ -152,7 +165,7 @@ class KVMoves:
                 break
             if req_id not in self.hosted:  # released meanwhile (a peer in another process acts while this waits)
                 continue
-            home = self.peers[self._home(req_id)]
+            home = self.peers[self.home_of(req_id)]
             want = min(num_blocks - leaving, self.hosted[req_id])
             pending = home.num_moving(req_id, self.inst_id)
             if pending < want:

@@ -80,7 +80,7 @@ class RManager(KVMoves):
     @property
     def is_debtor(self) -> bool:
         """Home requests have rBlocks elsewhere, or a move is taking some there."""
-        return self.num_borrowed > 0 or (bool(self._moves) and any(m.dst_inst != self.inst_id for m in self._moves))
+        return self.num_borrowed > 0 or self.is_moving_out
 
     @property
     def is_creditor(self) -> bool:
@@ -91,7 +91,8 @@ class RManager(KVMoves):
     def can_borrow(self) -> bool:
         return not (self.exclusive_roles and self.is_creditor)
 
-    def _dirty(self) -> None:
+    def note_change(self) -> None:
+        """Count a change of this rManager's state (blocks, reservations, counts, moves, entries)."""
         self.version += 1
         self.changes.memory += 1
 
@@ -103,7 +104,7 @@ class RManager(KVMoves):
         if req_id not in self.reserved and req_id not in self.tables:
             self._remote_reserved_ids.add(req_id)
         left = self.reserved.get(req_id, 0) + num_blocks
-        self._dirty()
+        self.note_change()
         self._num_reserved += num_blocks
         if req_id in self._remote_reserved_ids:
             self._num_remote_reserved += num_blocks
@@ -144,7 +145,7 @@ class RManager(KVMoves):
         return hb
 
     def _touch(self, req_id: int) -> None:
-        self._dirty()
+        self.note_change()
         self._changed.add(req_id)
         if req_id in self.tables or self.hosted.get(req_id, 0):
             self._removed.discard(req_id)
@@ -159,14 +160,15 @@ class RManager(KVMoves):
         """`num_blocks` physical blocks here for `req_id`, ids from its home's counter (a prompt's run at once)."""
         self.hosted[req_id] = self.hosted.get(req_id, 0) + num_blocks
         self._touch(req_id)
-        ids, pool = self.peers[self._home(req_id)]._ids, self.pool
+        ids, pool = self.peers[self.home_of(req_id)]._ids, self.pool
         blocks = []
         for _ in range(num_blocks):
             device, address = pool.alloc(req_id)
             blocks.append(RBlock(next(ids), self.inst_id, device, address))
         return blocks
 
-    def _home(self, req_id: int) -> int:
+    def home_of(self, req_id: int) -> int:
+        """The home instance of a request with blocks here (this one for a home request)."""
         if req_id in self.tables:
             return self.inst_id
         if req_id in self._remote_homes:
@@ -226,7 +228,7 @@ class RManager(KVMoves):
         self._count_totals(inst_id, n)
 
     def _count_totals(self, inst_id: int, n: int) -> None:
-        self._dirty()
+        self.note_change()
         if inst_id != self.inst_id:
             self.num_borrowed += n
         else:
@@ -243,7 +245,7 @@ class RManager(KVMoves):
         self._count(req_id, table[index].inst_id, -1)
         table[index] = block
         self._count(req_id, block.inst_id, 1)
-        self._block_placed(req_id, index, block.inst_id)
+        self.block_placed(req_id, index, block.inst_id)
 
     def append_block(self, req_id: int, recommend: Recommend | None = None) -> RBlock | None:
         """A new tail rBlock: local if there is room, else on the remote tail's instance, else on a
@@ -336,9 +338,7 @@ class RManager(KVMoves):
             self.peers[block.inst_id].release(block)
         for inst_id, n in self.holders_by_req.pop(req_id, {}).items():
             self._count_totals(inst_id, -n)
-        for move in list(self._moves_by_req.get(req_id, ())):
-            self.peers[move.dst_inst].cancel_reservation(req_id)
-            self._drop_move(move)
+        self.cancel_moves(req_id)
         self.cancel_reservation(req_id)
         self.frozen.discard(req_id)
         self._touch(req_id)
