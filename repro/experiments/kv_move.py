@@ -13,14 +13,14 @@ import time
 import pandas as pd
 
 from reference_impl.calibration import CalibratedPerfModel
-from reference_impl.links import MEASURED_LINKS
+from reference_impl.links import INTER_NODE, INTRA_NODE
 from reference_impl.perf_model import InstanceLoad, step_time_s
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result, new_figure, save
 from repro.experiments.params import Param, positive_int
 
 MOVE_TOKENS = [0, 8, 16, 32, 64]
-LINKS = [*MEASURED_LINKS, "0.125"]
+LINKS = [INTRA_NODE, INTER_NODE, "0.125"]
 LOCAL_MODEL = dict(vocab_size=512, hidden_size=512, intermediate_size=1376, num_layers=4, num_heads=8, num_kv_heads=8)
 BATCH_SIZE, CONTEXT_LEN = 64, 1000
 PARAMS = (Param("batch_size", positive_int, BATCH_SIZE, "requests decoding together in the modelled A100 instance"),

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from reference_impl.kernels import micro_attention
-from reference_impl.links import MEASURED_LINKS
+from reference_impl.links import INTER_NODE, INTRA_NODE
 from repro.attention.cost_model import AttentionCostModel
 from repro.attention.dist import pack, paged, unpack
 from repro.attention.ranks import run_ranks
@@ -77,7 +77,7 @@ def run(params, log) -> dict:
         measured += [{"tokens": tokens, "method": name, "time_us": t * 1e6, "max_abs_diff": res["max_abs_diff"]}
                      for name, t in res["times_s"].items()]
     modelled = []
-    for link in MEASURED_LINKS:
+    for link in (INTRA_NODE, INTER_NODE):
         m = AttentionCostModel.for_model("llama2-13b", link=link)
         for tokens in MODEL_TOKENS:
             attn = m.kv_read_s(tokens, HEADS)
