@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 from reference_impl.errors import InputError
 from reference_impl.sequence import Sequence
-from reference_impl.serving.records import FINISHED, REJECTED
 
 if TYPE_CHECKING:
     from reference_impl.sim.simulator import Simulator
@@ -51,18 +50,15 @@ class Arrival(Event):
 
     def handle(self, sim: Simulator) -> list[Event]:
         r = self.request
-        sim.arrivals_left -= 1
-        record = sim.records[r.req_id]
         seq = Sequence(r.req_id, PromptIds(r.prompt_len), r.output_len)
         try:
             sim.engine.check_fits(seq)
         except InputError:
-            record.status = REJECTED
-            sim.pending -= 1
+            sim.arrived(seq, None)
             return []
-        sim.seqs[r.req_id] = seq
-        record.inst_id = sim.engine.add_request(seq)
-        return sim.wake(record.inst_id, self.time_s)
+        inst_id = sim.engine.add_request(seq)
+        sim.arrived(seq, inst_id)
+        return sim.wake(inst_id, self.time_s)
 
 
 @dataclass(slots=True)
@@ -76,15 +72,10 @@ class Step(Event):
         seqs, cost, finished = backend.step(inst)
         ran = cost is not None
         if ran:
-            sim.record_step(self.inst_id, seqs, cost, self.time_s + cost.duration_s)
-        for seq in finished:
-            record = sim.records[seq.req_id]
-            record.status, record.finish_s, record.num_preemptions = (FINISHED, self.time_s + cost.duration_s,
-                                                                      seq.num_preemptions)
-            sim.pending -= 1
-        if not ran:
+            sim.record_step(self.inst_id, seqs, cost, finished, self.time_s + cost.duration_s)
+        else:
             cost = backend.transfer(self.inst_id)
-        sim.busy[self.inst_id], sim.computing[self.inst_id] = cost is not None, ran
+        sim.stepping(self.inst_id, cost is not None, ran)
         caused = [] if cost is None else [Step(self.time_s + cost.duration_s, self.inst_id)]
         if cost is None:  # no batch, no KV moved (before the hand-offs below may wake it again)
             sim.count_noop_step(self.inst_id, self.time_s)
@@ -133,14 +124,11 @@ class GManagerRound(Event):
         engine = sim.engine
         engine.heartbeats()
         engine.gmanager_round()
-        sim.result.num_gmanager_rounds += 1
-        if sim.on_round is not None:
-            sim.on_round(self.time_s, engine)
+        sim.round_done(self.time_s)
         caused = sim.wake_all(self.time_s)
-        sim.idle_rounds = 0 if any(sim.computing) or sim.arrivals_left else sim.idle_rounds + 1
-        if sim.idle_rounds < MAX_IDLE_ROUNDS:
+        if sim.count_idle_round() < MAX_IDLE_ROUNDS:
             next_s = self.time_s + sim.config.gmanager_interval_s
-            if not caused and sim.arrivals_left and sim.skip_idle_rounds and sim.is_empty():
+            if not caused and sim.may_skip_rounds():
                 next_s = self._skip_empty_rounds(sim, next_s)
             caused.append(GManagerRound(next_s))
         return caused
@@ -151,6 +139,6 @@ class GManagerRound(Event):
         find the same empty state and do nothing, so it is counted, not run (same times: repeated addition)."""
         arrival_s = sim.next_event_s()
         while next_s < arrival_s:
-            sim.result.num_gmanager_rounds += 1
+            sim.round_done(None)
             next_s += sim.config.gmanager_interval_s
         return next_s

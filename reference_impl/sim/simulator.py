@@ -22,7 +22,7 @@ import itertools
 
 from reference_impl.memo import Memo
 from reference_impl.sequence import Sequence
-from reference_impl.serving.records import FINISHED, RequestRecord, ServingRun
+from reference_impl.serving.records import FINISHED, REJECTED, RequestRecord, ServingRun
 from reference_impl.sim.backend import SimBackend, StepCost, build_engine
 from reference_impl.sim.config import SimConfig
 from reference_impl.sim.events import MAX_NOOP_STEPS_PER_INSTANT, Arrival, Event, GManagerRound, Handoff, Step
@@ -92,8 +92,21 @@ class Simulator:
         return self.result
 
     # --- what the events call
-    def record_step(self, inst_id: int, seqs: list[Sequence], cost: StepCost, end_s: float) -> None:
-        """A step of `seqs` that ends at `end_s`: its tokens on the timeline, first tokens on their records."""
+    def arrived(self, seq: Sequence, inst_id: int | None) -> None:
+        """A request arrived and was dispatched to `inst_id` (None: rejected, the cluster cannot hold it)."""
+        self.arrivals_left -= 1
+        record = self.records[seq.req_id]
+        if inst_id is None:
+            record.status = REJECTED
+            self.pending -= 1
+        else:
+            self.seqs[seq.req_id] = seq
+            record.inst_id = inst_id
+
+    def record_step(self, inst_id: int, seqs: list[Sequence], cost: StepCost, finished: list[Sequence],
+                    end_s: float) -> None:
+        """A step of `seqs` that ends at `end_s`: its tokens on the timeline, first tokens and the requests that
+        `finished` on their records."""
         result = self.result
         result.step_end_s.append(end_s)
         result.step_tokens.append(cost.num_tokens)
@@ -103,6 +116,14 @@ class Simulator:
         for seq in seqs:
             if len(seq.output_ids) == 1 and records[seq.req_id].first_token_s is None:
                 records[seq.req_id].first_token_s = end_s
+        for seq in finished:
+            record = records[seq.req_id]
+            record.status, record.finish_s, record.num_preemptions = FINISHED, end_s, seq.num_preemptions
+            self.pending -= 1
+
+    def stepping(self, inst_id: int, is_busy: bool, is_computing: bool) -> None:
+        """Whether `inst_id` has a step queued now, and whether that step runs work (not only a KV transfer)."""
+        self.busy[inst_id], self.computing[inst_id] = is_busy, is_computing
 
     def wake(self, inst_id: int, time_s: float) -> list[Step]:
         if self.busy[inst_id] or not self.engine.instances[inst_id].has_work:
@@ -137,6 +158,21 @@ class Simulator:
             else:
                 steps += self.wake(i, time_s)
         return steps + [Handoff(time_s, tuple(parked))] if parked else steps
+
+    def round_done(self, time_s: float | None) -> None:
+        """A gManager round ran at `time_s` (None: an empty round counted, not run)."""
+        self.result.num_gmanager_rounds += 1
+        if time_s is not None and self.on_round is not None:
+            self.on_round(time_s, self.engine)
+
+    def count_idle_round(self) -> int:
+        """Rounds in a row with no instance computing and no arrival left, this one included."""
+        self.idle_rounds = 0 if any(self.computing) or self.arrivals_left else self.idle_rounds + 1
+        return self.idle_rounds
+
+    def may_skip_rounds(self) -> bool:
+        """Only arrivals are queued on an empty cluster, and no callback watches every round or event."""
+        return bool(self.arrivals_left) and self.skip_idle_rounds and self.is_empty()
 
     def is_empty(self) -> bool:
         """No step in flight, no request or KV anywhere, nothing for the next heartbeat to report."""
