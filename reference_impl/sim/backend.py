@@ -31,7 +31,8 @@ class StepCost:
 
 class SimBackend:
     """The engine's backend in the simulator: `step` runs the control plane of one instance step and returns what
-    it costs; tokens are dummies. `records`: per request, where the most creditors it had at once is kept."""
+    it costs; tokens are dummies. Its `execute` returns a StepCost, not tokens, so instances step through `step`,
+    not Instance.step. `records`: per request, where the most creditors it had at once is kept."""
 
     supports_chunked_prefill = True
 
