@@ -127,10 +127,12 @@ class InstanceActor:
     # --- driver: dispatch, results, observation
     def add_request(self, seq: Sequence) -> None:
         self.loop.inbox.put(("add", seq))
+        self.loop.mailbox.wake()
 
     def abort(self, req_id: int) -> None:
         """Drop a request (it failed): its blocks and reservations are freed at the next control phase."""
         self.loop.inbox.put(("abort", req_id))
+        self.loop.mailbox.wake()
 
     def take_results(self):
         """(new tokens {req_id: (first index, tokens)}, finished [(req_id, placement, preemptions)], snapshot)."""
@@ -163,9 +165,11 @@ class InstanceActor:
     # --- gManager -> home
     def move_kvcache(self, msg: MoveKVCache) -> None:
         self.loop.inbox.put(("move", msg))
+        self.loop.mailbox.wake()
 
     def swap(self, msg: Swap) -> None:
         self.loop.inbox.put(("swap", msg))
+        self.loop.mailbox.wake()
 
     # --- peers
     def rm_call(self, sender: int, seq: int, method: str, *args):

@@ -71,7 +71,9 @@ class RayEngine:
             gm_config, perf_model, self.actors, interval_s, config.dgfm, config.seed)
         self.backend = "nccl" if rc.gpus_per_instance else "gloo"
         spec = self._group_spec(sorted(self.actors))
-        ray.get([a.start.remote(self.actors, self.gm_actor, spec) for a in self.actors.values()])
+        # the gManager alive too before anything runs: Ray drops a kill sent while an actor is still being created
+        ray.get([a.start.remote(self.actors, self.gm_actor, spec) for a in self.actors.values()]
+                + [self.gm_actor.get_boot_id.remote()])
         self.sent = {i: [] for i in self.actors}
 
     def _group_spec(self, members: list[int]) -> GroupSpec:
@@ -232,6 +234,7 @@ class RayEngine:
 
     def restart_gmanager(self) -> None:
         """Kill the gManager actor; Ray restarts it and the instances send it their full state."""
+        ray.get(self.gm_actor.get_boot_id.remote())  # created (a kill during creation is dropped)
         ray.kill(self.gm_actor, no_restart=False)
 
     def shutdown(self) -> None:

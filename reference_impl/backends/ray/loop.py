@@ -35,7 +35,9 @@ from reference_impl.rmanager import RManager
 from reference_impl.scheduler import Scheduler
 from reference_impl.sequence import Sequence, Status
 
-IDLE_WAIT_S = 0.002  # an iteration with nothing to run waits this long on its mailbox
+# an iteration with nothing to run waits this long on its mailbox (what gives it work, an arrival in its inbox or a
+# peer's message, wakes it at once; an idle loop still heartbeats at about this period)
+IDLE_WAIT_S = 0.02
 
 
 @dataclass(slots=True)

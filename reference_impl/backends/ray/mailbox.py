@@ -15,6 +15,10 @@ from concurrent.futures import Future
 POLL_S = 0.0005  # how long a waiting loop sleeps on its mailbox before it looks at what it waits for again
 
 
+def _nothing() -> None:
+    pass
+
+
 class Mailbox:
     def __init__(self):
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -34,6 +38,10 @@ class Mailbox:
     def post(self, fn: Callable, *args) -> None:
         """Run `fn(*args)` on the loop thread later; no reply."""
         self.queue.put((fn, args, None))
+
+    def wake(self) -> None:
+        """Let a loop waiting on its mailbox look again (something it reads elsewhere changed, e.g. its inbox)."""
+        self.queue.put((_nothing, (), None))
 
     def deliver(self, sender: int, seq: int, fn: Callable, args: tuple, future: Future | None) -> None:
         """A peer's message number `seq`: let in once every earlier one of that sender is (Ray runs the calls of a
