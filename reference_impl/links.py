@@ -11,7 +11,8 @@ from reference_impl.errors import InputError
 
 INTRA_NODE = "intra-node"
 INTER_NODE = "inter-node"
-MEASURED_LINKS = (INTRA_NODE, INTER_NODE)  # the calibration's measured send/recv curves
+GLOO = "gloo"  # torch.distributed's gloo between two processes of this machine (calibration/profile_link.py)
+MEASURED_LINKS = (INTRA_NODE, INTER_NODE, GLOO)  # the calibration's measured send/recv curves
 # With 8 GPUs a node, most instance pairs of a 32-GPU cluster are in different nodes; the papers' 125 MB/s is a
 # sweep point (sensitivity)
 DEFAULT_LINK = INTER_NODE

@@ -90,7 +90,7 @@ def run(params, log) -> dict:
     params = typed("e2e", PARAMS, params)
     if params.backend == "ray":  # served for real by Ray actors: repro/experiments/serving_ray.py
         from repro.experiments.serving_ray import run_on_ray
-        return run_on_ray(params, log, list(groups(QUICK if params.quick else FULL)))
+        return run_on_ray(params, log, list(groups(FULL)))  # its own sizes and traces (ray_traces)
     if params.backend == "vllm":  # real vLLM-M vs our local engine at CPU scale: baselines/real_vllm/e2e.py
         from baselines.real_vllm.e2e import run as run_real
         return run_real(params, log)

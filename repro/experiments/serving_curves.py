@@ -1,10 +1,11 @@
 """The serving curve method shared by e2e, e2e-datasets and sensitivity.
 
 1. Saturation by measurement: each system serves the group's requests at a probe rate (starting at the cost
-   model's estimate, nominal_rate_per_s); the steady-state output rate over the mean output length is the
-   request rate it sustains. A probe that keeps up (sustained >= KEEPS_UP of offered) is retried at
-   PROBE_GROWTH times the rate; one that does not is refined once at REFINE times what it sustained (just
-   past saturation: a heavily overloaded system may sustain less than one at its limit). The saturation
+   model's estimate, nominal_rate_per_s, or the group's own start: a burst for real runs); the steady-state
+   output rate over the mean output length is the request rate it sustains. A probe that keeps up (sustained
+   >= KEEPS_UP of offered) is retried at PROBE_GROWTH times the rate; one that does not is refined once at
+   REFINE times what it sustained (just past saturation: a heavily overloaded system may sustain less than one
+   at its limit). The saturation
    rate is the most any probe sustained. A group may probe with the first `probe_fraction` of a point's
    requests (at least MIN_PROBE_REQUESTS): a probe only places the grid, whose points then serve them all.
 2. Rate grid: the same rates for every system of a group, LOW_MULTIPLIERS of the lower saturation (0.25x is
@@ -50,6 +51,7 @@ class CurveGroup:
     label: str
     runner: object = None  # PointTask.runner for every point of the group (None: run_point)
     probe_fraction: float = 1.0  # share of a point's requests (a prefix) its probes serve
+    start_rate_per_s: float | None = None  # the first probe's rate (None: the cost model's estimate; inf: a burst)
     saturation_per_s: dict = field(default_factory=dict)
     rates_per_s: list = field(default_factory=list)
     probe_points: dict = field(default_factory=dict)  # system -> the probe points of find_saturation
@@ -65,7 +67,8 @@ def find_saturation(groups: list[CurveGroup], seed: int, log, pool) -> None:
     for g in groups:
         requests = probe_requests(g, 1.0, seed)
         g.info["_mean_output"] = float(np.mean([r.output_len for r in requests]))
-        pending += [(g, s, nominal_rate_per_s(g.base, requests)) for s in g.systems]
+        start = g.start_rate_per_s or nominal_rate_per_s(g.base, requests)
+        pending += [(g, s, start) for s in g.systems]
     grown, refined = {}, set()  # (group, system) -> probes grown so far; those refined once
     while pending:
         tasks = [PointTask(s, g.base, probe_requests(g, rate, seed), rate, f"{g.label} probe", seed, g.runner)

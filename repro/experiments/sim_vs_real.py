@@ -3,13 +3,16 @@
 One workload (a trace of infinite-llm Table 1, lengths scaled so the longest request has `max_tokens`) is served
 on the real local engine (`backends/local.py`, one instance, the wall clock, `backends/clock.py`) at rates from
 light load to past saturation; the saturation rate is measured first, by serving every request at once. Then the
-simulator (`backends/sim.py`, the same control plane) runs exactly those requests with the cost model calibrated
+simulator (`sim/`, the same control plane) runs exactly those requests with the cost model calibrated
 on this machine just before: `repro profile`'s measurements, the engine's per-step overhead outside its layers
 included (calibration/profile_overhead.py), measured again just before each run, so that a prediction and its
 measurement see about the same load on the shared machine; a point is the median of repeats, the measured spread is kept, and the
 error is the predicted median against the measured median. Real vLLM is a second measured system where
-`.venv-vllm` exists (repro/sim_vs_real/vllm_arm.py: against the simulator's vLLM-M policy, on the wall clock); elsewhere, or
-with --param vllm=off, it is recorded as skipped.
+`.venv-vllm` exists (repro/sim_vs_real/vllm_arm.py: against the simulator's vLLM-M policy, on the wall clock);
+elsewhere, or with --param vllm=off, it is recorded as skipped. The pooled arm (repro/sim_vs_real/pooled.py) serves
+a trace scaled so its long requests outgrow one instance on several Ray instances, Infinite-LLM (KV pooled) against
+vLLM-M, and simulates the same with the machine's gloo link measured beside the profile; where Ray or the cores are
+missing, or with --param pooled=off, it is recorded as skipped.
 """
 import os
 import tempfile
@@ -29,8 +32,10 @@ from repro.progress import progress
 SYSTEM = "infinite-llm"  # the local engine: one instance, so no pooling partner (vLLM-M behaves the same)
 # rates as multiples of the measured saturation rate: light load to well past it (the saturation measurement moves
 # with the load other work puts on a shared machine)
-QUICK = dict(num_requests=16, repeats=1, max_tokens=96, multipliers=(0.3, 0.6, 1.2, 2.4))
-FULL = dict(num_requests=32, repeats=3, max_tokens=128, multipliers=(0.25, 0.5, 1.0, 2.0, 4.0))
+QUICK = dict(num_requests=16, repeats=1, max_tokens=96, multipliers=(0.3, 0.6, 1.2, 2.4),
+             pooled_requests=60, pooled_multipliers=(0.4, 1.6))
+FULL = dict(num_requests=32, repeats=3, max_tokens=128, multipliers=(0.25, 0.5, 1.0, 2.0, 4.0),
+            pooled_requests=200, pooled_multipliers=(0.2, 0.4, 0.7, 1.0, 1.5, 3.0))
 PARAMS = (
     Param("trace", int, 1, "infinite-llm Table 1 trace whose request lengths are served (scaled)"),
     Param("num_requests", int, None, "requests per point (default 32; 16 with --quick)"),
@@ -46,22 +51,46 @@ PARAMS = (
           choices=CLOCKS),
     Param("vllm", str, "auto", "real vLLM as a second measured system: where .venv-vllm exists (auto), or not",
           choices=("auto", "off")),
+    Param("pooled", str, "auto", "the pooled arm: Infinite-LLM and vLLM-M on Ray instances, a core each, where Ray "
+          "and the cores exist (auto), or not", choices=("auto", "off")),
+    Param("pooled_instances", int, 2, "instances of the pooled arm"),
+    Param("pooled_requests", int, None, "requests per point of the pooled arm (default 200; 60 with --quick)"),
+    Param("pooled_rates", float_list, None, "the pooled arm's rates per second (default: fractions of its measured "
+          "saturation)"),
+    Param("instance_tokens", int, 256, "KV tokens one instance of the pooled arm holds; the trace's long_quantile "
+          "length is scaled to it"),
+    Param("long_quantile", float, 0.98, "the trace's length quantile that fills one instance (the pooled arm's "
+          "scaling rule, workloads/scaling.py)"),
 )
 BLOCK_SIZE = 16
+POOLED_BLOCK_SIZE = 8
 
 
 def _requests(trace: int, num_requests: int, rate_per_s: float, max_tokens: int, seed: int):
     from repro.experiments.serving import workload
-    from repro.experiments.serving_ray import scaled
+    from workloads.scaling import scale_to_longest
 
-    return scaled(workload(trace_id=trace, num_requests=num_requests, rate_per_s=rate_per_s, seed=seed,
-                           source="fitted"), max_tokens)
+    return scale_to_longest(workload(trace_id=trace, num_requests=num_requests, rate_per_s=rate_per_s, seed=seed,
+                                     source="fitted"), max_tokens)
 
 
 def _check(**values) -> None:
     for name, value in values.items():
         if value < 1:
             raise InputError(f"--param {name} must be at least 1 (got {value})")
+
+
+def _check_pooled(extra: dict) -> None:
+    if extra["pooled_instances"] < 2:
+        raise InputError(f"--param pooled_instances must be at least 2: pooling needs a peer "
+                         f"(got {extra['pooled_instances']})")
+    if extra["instance_tokens"] < 2 * POOLED_BLOCK_SIZE:
+        raise InputError(f"--param instance_tokens must be at least {2 * POOLED_BLOCK_SIZE}, two rBlocks "
+                         f"(got {extra['instance_tokens']})")
+    if not 0 < extra["long_quantile"] < 1:
+        raise InputError(f"--param long_quantile must be between 0 and 1 (got {extra['long_quantile']})")
+    if extra.get("pooled_requests") is not None:
+        _check(pooled_requests=extra["pooled_requests"])
 
 
 def device_is_cpu(device: str) -> bool:
@@ -89,6 +118,7 @@ def run(params: RunParams, log) -> dict:
     max_tokens = extra.get("max_tokens", size["max_tokens"])
     max_batch = extra["max_batch_size"]
     _check(num_requests=num_requests, repeats=repeats, max_batch_size=max_batch, threads=extra["threads"])
+    _check_pooled(extra)
     if max_tokens < 2:
         raise InputError(f"--param max_tokens must be at least 2, a prompt token and an output token (got {max_tokens})")
     try:
@@ -147,6 +177,11 @@ def run(params: RunParams, log) -> dict:
                 runs, calibrations, vllm_arm = runs + arm["runs"], calibrations + arm["calibrations"], arm["info"]
                 loads += [j[k] for j in vllm_arm["jobs"] for k in ("loadavg_1m_before", "loadavg_1m_after")]
                 vllm_status = f"ran: vLLM {vllm_arm['jobs'][0]['vllm_version']} as vllm-m, on the wall clock"
+            pooled_status, pooled_arm = _pooled_status(extra["pooled"], device.type, extra["pooled_instances"]), None
+            if pooled_status is None:
+                pooled_arm = _run_pooled(spec, extra, size, repeats, params, Path(tmp), log)
+                loads += [pooled_arm["loadavg_1m"]["min"], pooled_arm["loadavg_1m"]["max"]]
+                pooled_status = f"ran: {extra['pooled_instances']} Ray instances, a core each, on the wall clock"
     finally:
         torch.set_num_threads(threads_before)
     points = make_points(runs)
@@ -157,11 +192,50 @@ def run(params: RunParams, log) -> dict:
                         "loadavg_1m_median": sorted(loads)[len(loads) // 2]},
             "saturation": {"output_tok_s": saturation.output_tok_s, "rate_per_s": sat_rate},
             "calibrations": calibrations, "runs": runs, "points": points, "errors": error_table(points),
-            "vllm": vllm_status, **({"vllm_arm": vllm_arm} if vllm_arm else {})}
+            "vllm": vllm_status, **({"vllm_arm": vllm_arm} if vllm_arm else {}),
+            "pooled": pooled_status, **({"pooled_arm": pooled_arm} if pooled_arm else {})}
 
 
 def _ms(value) -> str:
     return "-" if value is None else f"{value * 1e3:.0f}"
+
+
+def _pooled_status(mode: str, device_type: str, num_instances: int) -> str | None:
+    """None where the pooled arm runs, else why it is skipped."""
+    if mode == "off":
+        return "skipped: --param pooled=off"
+    if device_type != "cpu":
+        return f"skipped: the pooled arm runs the instances on CPU (the engine runs on {device_type})"
+    if (os.cpu_count() or 1) < num_instances:
+        return f"skipped: {num_instances} instances need as many cores (this machine has {os.cpu_count()})"
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return "skipped: ray is not installed"
+    return None
+
+
+def _run_pooled(spec, extra: dict, size: dict, repeats: int, params: RunParams, folder: Path, log) -> dict:
+    from repro.sim_vs_real.pooled import PooledSetup, run_pooled_arm
+    from workloads.scaling import scale_factor, scale_requests
+
+    num_requests = extra.get("pooled_requests") or size["pooled_requests"]
+    tokens, quantile = extra["instance_tokens"], extra["long_quantile"]
+    factor = scale_factor(trace_id=extra["trace"], instance_tokens=tokens, quantile=quantile)
+    max_tokens = tokens * 3 // 2  # a long request outgrows one instance, and still fits two beside others
+
+    def make(rate: float):
+        from repro.experiments.serving import workload
+
+        return scale_requests(workload(trace_id=extra["trace"], num_requests=num_requests, rate_per_s=rate,
+                                       seed=params.seed, source="fitted"), factor, max_tokens)
+
+    setup = PooledSetup(num_instances=extra["pooled_instances"], blocks_per_instance=tokens // POOLED_BLOCK_SIZE,
+                        block_size=POOLED_BLOCK_SIZE, max_batch_size=extra["max_batch_size"])
+    arm = run_pooled_arm(spec, make, setup, multipliers=size["pooled_multipliers"], repeats=repeats,
+                         seed=params.seed, quick=params.quick, folder=folder, log=log, rates=extra.get("pooled_rates"))
+    return {**arm, "num_requests": num_requests, "scale_factor": factor, "long_quantile": quantile,
+            "instance_tokens": tokens, "max_tokens": max_tokens, "errors": error_table(arm["points"])}
 
 
 def _vllm_status(mode: str, device_type: str) -> str | None:

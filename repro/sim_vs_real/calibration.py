@@ -39,3 +39,13 @@ def calibration_record(path: Path, load: float) -> dict:
             "non_attention_s": {"x": layer["x"], "y": layer["y"]},
             "step_overhead_decode_s": {"x": overhead["decode"]["x"], "y": overhead["decode"]["y"]},
             "step_overhead_prefill_s": {"x": overhead["prefill"]["x"], "y": overhead["prefill"]["y"]}}
+
+
+def add_measured_link(path: Path) -> dict:
+    """Measure the gloo link between two processes here and add it to the calibration at `path` (the simulator
+    reads it as link `links.GLOO`); returns one-way seconds by message bytes."""
+    from reference_impl.calibration.profile_link import add_link, measure_link
+
+    sizes, times_s = measure_link()
+    path.write_text(dumps(add_link(json.loads(path.read_text()), sizes, times_s, "gloo ping-pong on this machine")))
+    return dict(zip(map(str, sizes), times_s))

@@ -5,7 +5,7 @@ import numpy as np
 
 from reference_impl.serving.records import ServingRun as SimResult
 
-METRICS = ("output_tok_s", "mean_ttft_s", "mean_tpot_s")
+METRICS = ("output_tok_s", "mean_ttft_s", "mean_tpot_s", "mean_latency_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,6 +15,7 @@ class RunSummary:
     output_tok_s: float
     mean_ttft_s: float | None
     mean_tpot_s: float | None
+    mean_latency_s: float | None
     num_finished: int
     num_requests: int
     makespan_s: float
@@ -23,7 +24,7 @@ class RunSummary:
 
 def run_summary(result: SimResult) -> RunSummary:
     s = result.summary()
-    return RunSummary(s.output_tok_s, s.mean_ttft_s, s.mean_tpot_s, s.num_finished, s.num_requests,
+    return RunSummary(s.output_tok_s, s.mean_ttft_s, s.mean_tpot_s, s.mean_latency_s, s.num_finished, s.num_requests,
                       s.makespan_s, result.num_steps)
 
 
@@ -53,9 +54,16 @@ class Point:
     measured_mean_tpot_s_max: float | None
     predicted_mean_tpot_s_min: float | None
     predicted_mean_tpot_s_max: float | None
+    measured_mean_latency_s: float | None
+    predicted_mean_latency_s: float | None
+    measured_mean_latency_s_min: float | None
+    measured_mean_latency_s_max: float | None
+    predicted_mean_latency_s_min: float | None
+    predicted_mean_latency_s_max: float | None
     output_tok_s_rel_err: float | None  # predicted / measured - 1 (medians)
     mean_ttft_s_rel_err: float | None
     mean_tpot_s_rel_err: float | None
+    mean_latency_s_rel_err: float | None
 
 
 def _median(values) -> float | None:
@@ -77,7 +85,7 @@ def make_points(runs: list[dict]) -> list[dict]:
         values = {}
         for metric in METRICS:
             for side in ("measured", "predicted"):
-                got = [r[side][metric] for r in group if r[side][metric] is not None]
+                got = [r[side][metric] for r in group if r[side].get(metric) is not None]
                 values[f"{side}_{metric}"] = _median(got)
                 values[f"{side}_{metric}_min"] = min(got, default=None)
                 values[f"{side}_{metric}_max"] = max(got, default=None)
@@ -102,40 +110,66 @@ def error_table(points: list[dict]) -> dict:
     return table
 
 
-def plot(results, figures_dir) -> list[str]:
+LABELS = {"output_tok_s": "output tokens/s", "mean_ttft_s": "mean TTFT (s)", "mean_tpot_s": "mean TPOT (s)",
+          "mean_latency_s": "mean latency (s)"}
+
+
+def draw_points(points: list[dict], metrics=METRICS):
+    """A figure of one panel per metric: measured and predicted medians by rate, bars from min to max."""
     import pandas as pd
 
-    from repro.experiments.figures import main_result, new_figure, save, sns
+    from repro.experiments.figures import new_figure, sns
 
-    data = main_result(results)["data"]
     rows = []
-    for p in data["points"]:
-        for metric in METRICS:
+    for p in points:
+        for metric in metrics:
             for side in ("measured", "predicted"):
                 if p[f"{side}_{metric}"] is not None:
                     rows.append({"system": p["system"], "rate_per_s": p["rate_per_s"], "metric": metric,
                                  "side": side, "value": p[f"{side}_{metric}"],
                                  "low": p[f"{side}_{metric}_min"], "high": p[f"{side}_{metric}_max"]})
     frame = pd.DataFrame(rows)
-    labels = {"output_tok_s": "output tokens/s", "mean_ttft_s": "mean TTFT (s)", "mean_tpot_s": "mean TPOT (s)"}
-    fig, axes = new_figure(len(METRICS), width_in=4.0, height_in=3.2)
-    for ax, metric in zip(axes, METRICS):
+    fig, axes = new_figure(len(metrics), width_in=4.0, height_in=3.2)
+    for ax, metric in zip(axes, metrics):
         chosen = frame[frame["metric"] == metric]
         sns.lineplot(chosen, x="rate_per_s", y="value", hue="system", style="side", markers=True, ax=ax,
                      legend=ax is axes[0])
         for side, shift, color in (("measured", 0.97, "0.2"), ("predicted", 1.03, "0.6")):
             spread = chosen[chosen["side"] == side].dropna(subset=["low", "high"])
             ax.vlines(spread["rate_per_s"] * shift, spread["low"], spread["high"], color=color, linewidth=1)
-        ax.set(xlabel="request rate (1/s)", ylabel=labels[metric], title=labels[metric], xscale="log")
+        ax.set(xlabel="request rate (1/s)", ylabel=LABELS[metric], title=LABELS[metric], xscale="log")
         rates = sorted(chosen["rate_per_s"].unique())
         ax.set_xticks(rates, [f"{r:g}" for r in rates], minor=False)
         ax.set_xticks([], minor=True)
         if metric != "output_tok_s":
             ax.set_yscale("log")
+    return fig
+
+
+def plot(results, figures_dir) -> list[str]:
+    from repro.experiments.figures import main_result, save
+
+    data = main_result(results)["data"]
+    fig = draw_points(data["points"])
     clock = {"cpu": "process CPU time", "wall": "wall clock"}[data["clock"]]
     vllm = "; real vLLM: wall clock" if "vllm_arm" in data else ""
     fig.suptitle(f"simulator vs real engine: {data['model']} on {data['machine']['device']} "
                  f"({data['machine']['threads']} thread, {clock}{vllm}), {data['repeats']} repeats (bars: min-max, "
                  f"measured dark, predicted light), load average {data['machine']['loadavg_1m_median']:.1f} on "
                  f"{data['machine']['cpu_count']} cores", fontsize=9)
-    return save(fig, figures_dir, "sim-vs-real")
+    written = save(fig, figures_dir, "sim-vs-real")
+    arm = data.get("pooled_arm")
+    if arm:
+        fig = draw_points(arm["points"], ("output_tok_s", "mean_latency_s", "mean_tpot_s"))
+        fig.suptitle(f"simulator vs real pooled cluster: {arm['setup']['num_instances']} Ray instances of "
+                     f"{arm['instance_tokens']} KV tokens, trace {data['trace_id']} scaled (its "
+                     f"{arm['long_quantile']:g} quantile fills an instance), wall clock; max-throughput ratio "
+                     f"Infinite-LLM / vLLM-M measured {_fmt(arm['measured_max_tput_ratio'])}, predicted "
+                     f"{_fmt(arm['predicted_max_tput_ratio'])}; load average {arm['loadavg_1m']['median']:.1f}",
+                     fontsize=9)
+        written += save(fig, figures_dir, "sim-vs-real-pooled")
+    return written
+
+
+def _fmt(ratio) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"

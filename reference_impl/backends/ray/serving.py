@@ -1,5 +1,5 @@
 """Serving a workload on the Ray backend in real time: the wall-clock serving loop of backends/clock.py (each
-request joins the engine at its arrival time, the records are the simulator's, `sim/metrics.py`), with one
+request joins the engine at its arrival time, the records are the simulator's, `serving/records.py`), with one
 "step" a collection of the tokens the instances produced while the driver slept, since the instances run their
 own loops. A serving experiment so summarises a Ray run, a local run and a simulated run alike.
 
@@ -8,6 +8,7 @@ instances; vLLM-M keeps it on its instance (preempt and recompute, reject what n
 instance with every block.
 """
 import time
+from dataclasses import replace
 
 import ray
 
@@ -16,21 +17,23 @@ from reference_impl.backends.local import random_prompts
 from reference_impl.backends.ray import RayConfig, RayEngine, init_ray
 from reference_impl.engine import EngineConfig
 from reference_impl.model import LlamaModel
+from reference_impl.serving.records import ServingRun
 from reference_impl.sim.config import SimConfig
-from reference_impl.serving.records import ServingRun as SimResult
 from reference_impl.sim.systems import system_config
 
 POLL_S = 0.005  # how long the driver sleeps between collections while the instances have work
 
 
-def engine_config(system: str, num_instances: int, blocks_per_instance: int, block_size: int,
-                  seed: int = 0) -> EngineConfig:
+def engine_config(system: str, num_instances: int, blocks_per_instance: int, block_size: int, *,
+                  max_batch_size: int | None = None, seed: int = 0) -> EngineConfig:
     """The engine config of `system` on `num_instances` instances of `blocks_per_instance` rBlocks each: the
     simulator's policy decides the instances and the pooling, and the cluster's rBlocks are shared among the
     instances it keeps (vLLM-S: one instance holds them all)."""
     policy = system_config(system, SimConfig(num_instances=num_instances, block_size=block_size, seed=seed))
     blocks = num_instances * blocks_per_instance // policy.num_instances
-    return EngineConfig(policy.num_instances, blocks, block_size=block_size, pooling=policy.pooling, seed=seed)
+    batch = {} if max_batch_size is None else {"max_batch_size": max_batch_size}  # None: the engine's default
+    return EngineConfig(policy.num_instances, blocks, block_size=block_size, pooling=policy.pooling, seed=seed,
+                        **batch)
 
 
 class _Collecting:
@@ -56,21 +59,71 @@ class _Collecting:
         return self.engine.poll()
 
 
-def serve(model: LlamaModel, requests, config: EngineConfig, ray_config: RayConfig = RayConfig(), *,
-          seed: int = 0, time_limit_s: float = 600.0, poll_s: float = POLL_S) -> SimResult:
-    """Run `requests` (workloads.Request: arrival_s, prompt_len, output_len) against the clock on Ray actors.
-    Prompts are random token ids from `seed`; each request generates exactly its output_len tokens. Requests
-    the cluster cannot hold are rejected; those still running at `time_limit_s` stay unfinished."""
-    prompts = random_prompts(requests, model.config.vocab_size, seed)
-    started = init_ray(ray_config)
-    try:
-        engine = RayEngine(config, model, ray_config)
+def _counters(engine: RayEngine) -> dict[int, dict]:
+    time.sleep(4 * POLL_S)  # the loops publish their counters at their next control phase
+    engine.poll()
+    return {i: dict(s) for i, s in engine.stats().items()}
+
+
+class RayServer:
+    """Serves workloads one after another on Ray engines kept warm between them: one engine per engine config,
+    started at its first workload, held (paused) between workloads, and reused while it ends each workload idle
+    (every request finished)."""
+
+    def __init__(self, model: LlamaModel, ray_config: RayConfig = RayConfig(), poll_s: float = POLL_S):
+        self.model, self.ray_config, self.poll_s = model, ray_config, poll_s
+        self.engines: dict[EngineConfig, RayEngine] = {}
+        self.next_req_id = 0  # request ids stay unique over an engine's life; records get theirs back
+
+    def serve(self, requests, config: EngineConfig, *, seed: int = 0,
+              time_limit_s: float = 600.0) -> tuple[ServingRun, dict[int, dict]]:
+        """`requests` against the clock; the records and each instance's loop counters over this workload
+        (loop.py's STAT_KEYS and TIME_KEYS)."""
+        engine = self.engines.get(config)
+        if engine is None:
+            engine = self.engines[config] = RayEngine(config, self.model, self.ray_config)
+        else:
+            engine.resume()
+        before = _counters(engine)
+        offset = self.next_req_id
+        self.next_req_id += max((r.req_id for r in requests), default=0) + 1
+        renamed = [replace(r, req_id=r.req_id + offset) for r in requests]
+        prompts = random_prompts(requests, self.model.config.vocab_size, seed)
         try:
-            result = serve_on_clock(_Collecting(engine, poll_s), requests, prompts, time_limit_s=time_limit_s)
-            result.num_moved_blocks = engine.num_moved_blocks()
-        finally:
-            engine.shutdown()
+            result = serve_on_clock(_Collecting(engine, self.poll_s), renamed, prompts, time_limit_s=time_limit_s)
+            after = _counters(engine)
+        except BaseException:
+            self._drop(config)
+            raise
+        for record in result.requests:
+            record.req_id -= offset
+        if engine.has_work:  # stopped at the time limit: its leftovers must not run into the next workload
+            self._drop(config)
+        else:
+            engine.pause()  # held until its next workload: an idle engine's loops and rounds still cost CPU
+        stats = {i: {k: v - before.get(i, {}).get(k, 0) for k, v in s.items()} for i, s in after.items()}
+        result.num_moved_blocks = sum(s["num_copied_blocks"] for s in stats.values())
+        return result, stats
+
+    def _drop(self, config: EngineConfig) -> None:
+        self.engines.pop(config).shutdown()
+
+    def close(self) -> None:
+        for config in list(self.engines):
+            self._drop(config)
+
+
+def serve(model: LlamaModel, requests, config: EngineConfig, ray_config: RayConfig = RayConfig(), *,
+          seed: int = 0, time_limit_s: float = 600.0, poll_s: float = POLL_S) -> tuple[ServingRun, dict[int, dict]]:
+    """Run `requests` (workloads.Request: arrival_s, prompt_len, output_len) against the clock on Ray actors of a
+    fresh engine; returns the records and each instance's loop counters. Prompts are random token ids from
+    `seed`; each request generates exactly its output_len tokens. Requests the cluster cannot hold are rejected;
+    those still running at `time_limit_s` stay unfinished."""
+    started = init_ray(ray_config)
+    server = RayServer(model, ray_config, poll_s)
+    try:
+        return server.serve(requests, config, seed=seed, time_limit_s=time_limit_s)
     finally:
+        server.close()
         if started:
             ray.shutdown()
-    return result

@@ -1,0 +1,161 @@
+"""sim-vs-real's pooled arm: the same requests served for real by several instances on Ray (an actor and a core
+each, KV pooled or not) and simulated with the cost model calibrated on this machine just before.
+
+Systems: Infinite-LLM (pooling on: a request's rBlocks may sit on other instances, remote MicroAttention every
+layer, KV moves, gManager rounds) and vLLM-M (pooling off: a request that outgrows its instance is preempted and
+recomputed, one that no instance holds is rejected), on the same instances with the same rBlocks.
+
+The workload is a trace scaled by a fixed rule (workloads/scaling.py): the trace's `quantile` length fills one
+instance, so the requests above it outgrow one. Rates: multiples of the higher of the two systems' saturation
+rates, each measured first by serving every request at once. Clock: the wall clock (the instances are processes
+of their own). Calibration, taken before each rate: `repro profile` of one core (the layers, the attention kernel,
+the engine's step overhead) and the gloo link between two processes (calibration/profile_link.py), the link the
+simulator's remote MicroAttention and KV moves travel.
+"""
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from reference_impl.serving.records import REJECTED
+from repro.progress import progress
+from repro.sim_vs_real.calibration import add_measured_link, calibrate, calibration_record
+from repro.sim_vs_real.points import make_points, run_summary
+
+SYSTEMS = ("infinite-llm", "vllm-m")
+
+
+@dataclass(frozen=True, slots=True)
+class PooledSetup:
+    """The cluster both systems run on, for real and simulated."""
+
+    num_instances: int
+    blocks_per_instance: int
+    block_size: int
+    max_batch_size: int
+    gmanager_interval_s: float = 0.05
+
+
+def _load_1m() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def instance_stats(stats: dict[int, dict]) -> dict:
+    """Per-step means over the instances' loops (ms) and the counts the comparison reads."""
+    steps = sum(s["num_steps"] for s in stats.values())
+    per_step = lambda key: 1e3 * sum(s[key] for s in stats.values()) / max(1, steps)  # noqa: E731
+    served = sum(s["num_served"] for s in stats.values())
+    return {"num_steps": {str(i): s["num_steps"] for i, s in sorted(stats.items())},  # per instance
+            "step_ms": per_step("step_s"), "control_ms": per_step("control_s"), "compute_ms": per_step("compute_s"),
+            "wait_ms": per_step("wait_s"), "messaging_ms": per_step("messaging_s"),
+            "num_served": served,
+            "serve_ms": 1e3 * sum(s["serve_compute_s"] for s in stats.values()) / max(1, served),
+            "num_moves_accepted": sum(s["num_moves_accepted"] for s in stats.values()),
+            "num_moves_refused": sum(s["num_moves_refused"] for s in stats.values()),
+            "num_copied_blocks": sum(s["num_copied_blocks"] for s in stats.values())}
+
+
+def _sim_counts(result) -> dict:
+    steps: dict[str, int] = {}
+    for inst in result.step_inst:
+        steps[str(inst)] = steps.get(str(inst), 0) + 1
+    return {"num_steps": dict(sorted(steps.items())), "num_moved_blocks": result.num_moved_blocks,
+            "num_preemptions": sum(r.num_preemptions for r in result.requests),
+            "num_rejected": sum(r.status == REJECTED for r in result.requests)}
+
+
+def _max_tput_ratio(points: list[dict], side: str) -> float | None:
+    best = {s: max((p[f"{side}_output_tok_s"] for p in points if p["system"] == s), default=None) for s in SYSTEMS}
+    if not best[SYSTEMS[0]] or not best[SYSTEMS[1]]:
+        return None
+    return best[SYSTEMS[0]] / best[SYSTEMS[1]]
+
+
+def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repeats: int, seed: int, quick: bool,
+                   folder: Path, log, rates=None) -> dict:
+    """Measured and simulated runs of both systems at every rate; `make_requests(rate)` gives the workload."""
+    import ray
+    import torch
+
+    from reference_impl.backends.ray import RayConfig, init_ray
+    from reference_impl.backends.ray.serving import RayServer, engine_config
+    from reference_impl.links import GLOO
+    from reference_impl.calibration.profile_overhead import engine_model_config
+    from reference_impl.sim.simulator import simulate
+    from reference_impl.model import random_model
+    from reference_impl.sim.config import SimConfig
+    from reference_impl.sim.systems import system_config
+
+    model = random_model(engine_model_config(spec), seed, torch.float32)
+    # a core per instance, and both systems' engines stay warm (one serves at a time, the other held): half a
+    # logical CPU per instance places both on `num_instances` CPUs
+    ray_config = RayConfig(num_cpus=setup.num_instances, cpus_per_instance=1.0 / len(SYSTEMS),
+                           gmanager_interval_s=setup.gmanager_interval_s)
+    configs = {s: engine_config(s, setup.num_instances, setup.blocks_per_instance, setup.block_size,
+                                max_batch_size=setup.max_batch_size, seed=seed) for s in SYSTEMS}
+
+    def measure(system: str, requests) -> tuple[dict, dict]:
+        run, stats = server.serve(requests, configs[system], seed=seed)
+        engine = instance_stats(stats)
+        summary = {**asdict(run_summary(run)), "num_steps": engine.pop("num_steps"),
+                   "num_preemptions": sum(r.num_preemptions for r in run.requests),
+                   "num_rejected": sum(r.status == REJECTED for r in run.requests)}
+        return summary, engine
+
+    loads = [_load_1m()]
+    started = init_ray(ray_config)
+    server = RayServer(model, ray_config)
+    try:
+        burst = make_requests(float("inf"))
+        for system in SYSTEMS:  # warm-up: workers, imports, the data plane (the engines stay warm)
+            measure(system, burst[: min(4, len(burst))])
+        saturation = {}
+        for system in SYSTEMS:
+            summary, _ = measure(system, burst)
+            saturation[system] = {"output_tok_s": summary["output_tok_s"],
+                                  "rate_per_s": summary["num_finished"] / summary["makespan_s"]}
+        top = max(s["rate_per_s"] for s in saturation.values())
+        rates = rates or tuple(float(f"{top * m:.3g}") for m in multipliers)
+        log(f"  pooled arm, {setup.num_instances} Ray instances of {setup.blocks_per_instance} rBlocks: saturation "
+            + ", ".join(f"{s} {v['output_tok_s']:.1f} tok/s ({v['rate_per_s']:.3g} req/s)" for s, v in
+                        saturation.items()) + f"; rates {', '.join(f'{r:g}' for r in rates)}; load {loads[-1]}")
+        runs, calibrations = [], []
+        for repeat, rate in progress([(k, r) for k in range(repeats) for r in rates], desc="pooled arm", unit="rate"):
+            requests = make_requests(rate)
+            path = calibrate(spec, torch.device("cpu"), torch.float32, seed, burst, setup.max_batch_size, "wall",
+                             quick, folder, len(calibrations))
+            link_s = add_measured_link(path)
+            calibrations.append({"system": "pooled", "repeat": repeat, "rate_per_s": rate,
+                                 **calibration_record(path, _load_1m()),
+                                 "link_one_way_s": link_s})
+            base = SimConfig(model=spec.name, gpu="cpu", num_instances=setup.num_instances, link=GLOO,
+                             block_size=setup.block_size, max_batch_size=setup.max_batch_size,
+                             num_blocks=setup.blocks_per_instance, gmanager_interval_s=setup.gmanager_interval_s,
+                             coefficients_path=str(path), seed=seed)
+            for system in SYSTEMS:
+                load_before = _load_1m()
+                measured, stats = measure(system, requests)
+                loads.append(_load_1m())
+                sim = simulate(system_config(system, base), requests)
+                predicted = {**asdict(run_summary(sim)), **_sim_counts(sim)}
+                runs.append({"system": system, "num_instances": setup.num_instances,
+                             "pooling": configs[system].pooling, "repeat": repeat, "rate_per_s": rate,
+                             "measured": measured, "predicted": predicted, "engine": stats,
+                             "loadavg_1m_before": load_before, "loadavg_1m_after": loads[-1]})
+                log(f"  pooled {system:<12} rate {rate:g}/s: measured {measured['output_tok_s']:.1f} tok/s, "
+                    f"predicted {predicted['output_tok_s']:.1f}; steps {measured['num_steps']} vs "
+                    f"{predicted['num_steps']}; step {stats['step_ms']:.1f} ms (control {stats['control_ms']:.1f}, "
+                    f"wait {stats['wait_ms']:.1f}, messaging {stats['messaging_ms']:.1f}); load {loads[-1]}")
+    finally:
+        server.close()
+        if started:
+            ray.shutdown()
+    points = make_points(runs)
+    for p in points:
+        p.update(num_instances=setup.num_instances, pooling=configs[p["system"]].pooling)
+    return {"setup": asdict(setup), "systems": list(SYSTEMS), "saturation": saturation, "rates_per_s": list(rates),
+            "calibrations": calibrations, "runs": runs, "points": points,
+            "measured_max_tput_ratio": _max_tput_ratio(points, "measured"),
+            "predicted_max_tput_ratio": _max_tput_ratio(points, "predicted"),
+            "loadavg_1m": {"min": min(loads), "max": max(loads), "median": float(np.median(loads))}}
