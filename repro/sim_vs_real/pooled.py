@@ -24,6 +24,7 @@ from repro.sim_vs_real.calibration import add_measured_link, calibrate, calibrat
 from repro.sim_vs_real.points import make_points, run_summary
 
 SYSTEMS = ("infinite-llm", "vllm-m")
+CPU = "cpu"  # the hardware name of this machine's calibration (repro profile names it after the torch device)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,21 @@ def _sim_counts(result) -> dict:
             "num_rejected": sum(r.status == REJECTED for r in result.requests)}
 
 
+def sim_config(engine, gm_config, setup: PooledSetup, model: str, coefficients_path: Path):
+    """The simulated cluster of the real one: the engine's and the gManager's settings, this machine's calibration
+    (`gpu` = CPU, the name `repro profile` gives it) and its gloo link."""
+    from reference_impl.links import GLOO
+    from reference_impl.sim.config import SimConfig
+
+    return SimConfig(model=model, gpu=CPU, num_instances=engine.num_instances, link=GLOO,
+                     block_size=engine.block_size, max_batch_size=engine.max_batch_size,
+                     move_chunk_tokens=engine.move_chunk_tokens, gmanager_interval_s=setup.gmanager_interval_s,
+                     dgfm=engine.dgfm, exclusive_roles=engine.exclusive_roles, max_lent_blocks=engine.max_lent_blocks,
+                     chunked_prefill_tokens=engine.chunked_prefill_tokens, num_candidates=gm_config.num_candidates,
+                     max_k_evals=gm_config.max_k_evals, num_blocks=engine.blocks_per_instance,
+                     coefficients_path=str(coefficients_path), seed=engine.seed)
+
+
 def _max_tput_ratio(points: list[dict], side: str) -> float | None:
     best = {s: max((p[f"{side}_output_tok_s"] for p in points if p["system"] == s), default=None) for s in SYSTEMS}
     if not best[SYSTEMS[0]] or not best[SYSTEMS[1]]:
@@ -80,11 +96,12 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
 
     from reference_impl.backends.ray import RayConfig, init_ray
     from reference_impl.backends.ray.serving import RayServer, engine_config
+    from reference_impl.calibration.model import CalibratedPerfModel
+    from reference_impl.gmanager import GManagerConfig
     from reference_impl.links import GLOO
     from reference_impl.calibration.profile_overhead import engine_model_config
     from reference_impl.sim.simulator import simulate
     from reference_impl.model import random_model
-    from reference_impl.sim.config import SimConfig
     from reference_impl.sim.systems import system_config
 
     model = random_model(engine_model_config(spec), seed, torch.float32)
@@ -104,10 +121,25 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
         return summary, engine
 
     loads = [_load_1m()]
+    burst = make_requests(float("inf"))
+    calibrations = []
+
+    def calibrated(repeat: int, rate: float) -> Path:
+        path = calibrate(spec, torch.device("cpu"), torch.float32, seed, burst, setup.max_batch_size, "wall", quick,
+                         folder, len(calibrations))
+        link_s = add_measured_link(path)
+        calibrations.append({"system": "pooled", "repeat": repeat, "rate_per_s": rate,
+                             **calibration_record(path, _load_1m()), "link_one_way_s": link_s})
+        return path
+
+    # the engines' gManagers run Algorithm 1 on this machine's cost model (the first calibration), as the simulated
+    # gManager does on each rate's
+    gm_config = GManagerConfig(block_size=setup.block_size)
+    first = calibrated(-1, 0.0)
+    perf = CalibratedPerfModel.for_setting(model=spec.name, gpu=CPU, link=GLOO, coefficients_path=first)
     started = init_ray(ray_config)
-    server = RayServer(model, ray_config)
+    server = RayServer(model, ray_config, gmanager_config=gm_config, perf_model=perf)
     try:
-        burst = make_requests(float("inf"))
         for system in SYSTEMS:  # warm-up: workers, imports, the data plane (the engines stay warm)
             measure(system, burst[: min(4, len(burst))])
         saturation = {}
@@ -120,19 +152,10 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
         log(f"  pooled arm, {setup.num_instances} Ray instances of {setup.blocks_per_instance} rBlocks: saturation "
             + ", ".join(f"{s} {v['output_tok_s']:.1f} tok/s ({v['rate_per_s']:.3g} req/s)" for s, v in
                         saturation.items()) + f"; rates {', '.join(f'{r:g}' for r in rates)}; load {loads[-1]}")
-        runs, calibrations = [], []
+        runs = []
         for repeat, rate in progress([(k, r) for k in range(repeats) for r in rates], desc="pooled arm", unit="rate"):
             requests = make_requests(rate)
-            path = calibrate(spec, torch.device("cpu"), torch.float32, seed, burst, setup.max_batch_size, "wall",
-                             quick, folder, len(calibrations))
-            link_s = add_measured_link(path)
-            calibrations.append({"system": "pooled", "repeat": repeat, "rate_per_s": rate,
-                                 **calibration_record(path, _load_1m()),
-                                 "link_one_way_s": link_s})
-            base = SimConfig(model=spec.name, gpu="cpu", num_instances=setup.num_instances, link=GLOO,
-                             block_size=setup.block_size, max_batch_size=setup.max_batch_size,
-                             num_blocks=setup.blocks_per_instance, gmanager_interval_s=setup.gmanager_interval_s,
-                             coefficients_path=str(path), seed=seed)
+            base = sim_config(configs[SYSTEMS[0]], gm_config, setup, spec.name, calibrated(repeat, rate))
             for system in SYSTEMS:
                 load_before = _load_1m()
                 measured, stats = measure(system, requests)

@@ -70,8 +70,12 @@ class RayServer:
     started at its first workload, held (paused) between workloads, and reused while it ends each workload idle
     (every request finished)."""
 
-    def __init__(self, model: LlamaModel, ray_config: RayConfig = RayConfig(), poll_s: float = POLL_S):
+    def __init__(self, model: LlamaModel, ray_config: RayConfig = RayConfig(), poll_s: float = POLL_S, *,
+                 gmanager_config=None, perf_model=None):
+        """gmanager_config, perf_model: the engines' gManager and the cost model its Algorithm 1 reads (RayEngine's
+        defaults when None)."""
         self.model, self.ray_config, self.poll_s = model, ray_config, poll_s
+        self.engine_kwargs = {"gmanager_config": gmanager_config, "perf_model": perf_model}
         self.engines: dict[EngineConfig, RayEngine] = {}
         self.next_req_id = 0  # request ids stay unique over an engine's life; records get theirs back
 
@@ -81,7 +85,7 @@ class RayServer:
         (loop.py's STAT_KEYS and TIME_KEYS)."""
         engine = self.engines.get(config)
         if engine is None:
-            engine = self.engines[config] = RayEngine(config, self.model, self.ray_config)
+            engine = self.engines[config] = RayEngine(config, self.model, self.ray_config, **self.engine_kwargs)
         else:
             engine.resume()
         before = _counters(engine)
