@@ -83,6 +83,9 @@ class CalibratedPerfModel:
     query_bytes: float
     result_bytes: float
     step_overhead: StepOverhead | None = None  # measured by `repro profile` on the machine at hand only
+    # a creditor's fixed cost of serving one debtor step (all layers) beyond its MicroAttention's KV reads:
+    # measured on the Ray engine of the machine at hand only (sim-vs-real's pooled arm); 0 elsewhere
+    served_step_s: float = 0.0
 
     @classmethod
     def for_setting(cls, *, model: str, gpu: str, tp: int = 1, pp: int = 1, link=None,
@@ -129,7 +132,8 @@ class CalibratedPerfModel:
             kv_read_s_per_token=kv_per_layer / attention["kv_read_bytes_per_s"],
             prefill_attn_s_per_pair=(4 * spec.hidden / tp / prefill_rate) if prefill_rate else 0.0,
             query_bytes=query, result_bytes=query + spec.num_heads // tp * LSE_BYTES,
-            step_overhead=StepOverhead.from_json(overhead) if overhead else None)
+            step_overhead=StepOverhead.from_json(overhead) if overhead else None,
+            served_step_s=hw.get("served_step_s", {}).get(model, {}).get("s", 0.0))
 
     def layer_time_s(self, load: InstanceLoad) -> float:
         tokens = load.batch_size + load.prefill_tokens

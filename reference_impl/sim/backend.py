@@ -7,6 +7,8 @@ Model of time:
   are (the engine's split causal prefill); a creditor's share is added to its next step. With chunked
   prefill a step carries both: the decode batch and prompt chunks (pairs against the prompt's prefix).
 - KV moves and DGFM swaps: transfer time on the link, overlapped with the source's next step (max of both).
+- a creditor's fixed cost per debtor step it serves (`served_step_s`, measured on the Ray engine of the machine
+  at hand; 0 for the GPU calibrations): added to the creditor's next step and to the debtor's wait.
 """
 from dataclasses import dataclass
 
@@ -77,9 +79,14 @@ class SimBackend:
             num_tokens = len(seqs) - sum(1 for seq, _, _ in chunks if seq.prefill_left)
         if self.prefill_elsewhere:  # the prompt's KV arrives ready from a separate prefill pool (not modelled)
             chunks = []
-        prefill_tokens, local_pairs, remote_s, remote_queries = self._prefill_share(rm, chunks)
-        decode_queries, remote_wait_s = self._decode_share(rm, decodes)
+        creditors: set[int] = set()
+        prefill_tokens, local_pairs, remote_s, remote_queries = self._prefill_share(rm, chunks, creditors)
+        decode_queries, remote_wait_s = self._decode_share(rm, decodes, creditors)
         remote_queries += decode_queries
+        if creditors and model.served_step_s:  # each creditor's fixed cost of serving this step: on its next
+            for inst_id in creditors:           # step (its core) and on this one's critical path, every layer
+                self.owed_s[inst_id] = self.owed_s.get(inst_id, 0.0) + model.served_step_s
+            remote_wait_s += model.served_step_s
         load = InstanceLoad(batch_size=len(decodes), attn_kv_tokens=rm.pool.num_used * bs if decodes else 0,
                             num_remote_queries=remote_queries, prefill_tokens=prefill_tokens,
                             prefill_attn_pairs=int(local_pairs))
@@ -90,9 +97,10 @@ class SimBackend:
         moved_tokens = self.sent_tokens.pop(rm.inst_id, 0)
         return StepCost(max(compute_s, model.kv_transfer_s(moved_tokens)), num_tokens, moved_tokens)
 
-    def _prefill_share(self, rm, chunks) -> tuple[int, float, float, int]:
+    def _prefill_share(self, rm, chunks, serving: set) -> tuple[int, float, float, int]:
         """Prompt tokens, local causal attention pairs, the slowest creditor's share (s) and remote queries of
-        prompt chunks (seq, first token, tokens); each creditor's share is added to its next step."""
+        prompt chunks (seq, first token, tokens); each creditor's share is added to its next step, and the
+        creditors to `serving`."""
         model = self.model
         prompt_tokens, local_pairs, remote_s, remote_queries = 0, 0.0, 0.0, 0
         for seq, start, n in chunks:
@@ -104,14 +112,15 @@ class SimBackend:
             for inst_id, share in holders.items():
                 if inst_id != rm.inst_id:
                     remote_queries += 1
+                    serving.add(inst_id)
                     t = model.num_layers * pairs * share / total * model.prefill_attn_s_per_pair
                     self.owed_s[inst_id] = self.owed_s.get(inst_id, 0.0) + t
                     remote_s = max(remote_s, t)
         return prompt_tokens, local_pairs, remote_s, remote_queries
 
-    def _decode_share(self, rm, seqs) -> tuple[int, float]:
+    def _decode_share(self, rm, seqs, serving: set) -> tuple[int, float]:
         """Remote queries of a decode batch, and how long the slowest creditor's MicroAttention outlasts the
-        local one (creditors run in parallel)."""
+        local one (creditors run in parallel); the batch's creditors go to `serving`."""
         bs = self.config.block_size
         remote_tokens: dict[int, int] = {}  # creditor -> KV tokens of this batch it reads for us
         local_tokens, remote_queries = 0, 0
@@ -127,6 +136,7 @@ class SimBackend:
                 remote_queries += creditors
                 record = self.records[seq.req_id]
                 record.max_creditors = max(record.max_creditors, creditors)
+        serving.update(remote_tokens)
         if not remote_tokens:
             return remote_queries, 0.0
         slowest = max(remote_tokens.values())

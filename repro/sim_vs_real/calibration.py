@@ -49,3 +49,12 @@ def add_measured_link(path: Path) -> dict:
     sizes, times_s = measure_link()
     path.write_text(dumps(add_link(json.loads(path.read_text()), sizes, times_s, "gloo ping-pong on this machine")))
     return dict(zip(map(str, sizes), times_s))
+
+
+def add_served_step(path: Path, model: str, seconds: float, source: str) -> None:
+    """Add a creditor's measured cost of serving one debtor step (CalibratedPerfModel.served_step_s) to the
+    calibration at `path`."""
+    doc = json.loads(path.read_text())
+    (hardware,) = doc["hardware"].values()
+    hardware["served_step_s"] = {model: {"s": seconds, "source": source}}
+    path.write_text(dumps(doc))

@@ -10,7 +10,9 @@ instance, so the requests above it outgrow one. Rates: multiples of the higher o
 rates, each measured first by serving every request at once. Clock: the wall clock (the instances are processes
 of their own). Calibration, taken before each rate: `repro profile` of one core (the layers, the attention kernel,
 the engine's step overhead) and the gloo link between two processes (calibration/profile_link.py), the link the
-simulator's remote MicroAttention and KV moves travel.
+simulator's remote MicroAttention and KV moves travel; and, from Infinite-LLM's saturation run, a creditor's
+fixed cost per debtor step it serves (the Ray engine's served path: its step setup and per-layer calls beyond the
+KV reads), which the simulator adds to the creditor's next step and to the debtor's wait.
 """
 import os
 from dataclasses import asdict, dataclass
@@ -20,7 +22,7 @@ import numpy as np
 
 from reference_impl.serving.records import REJECTED
 from repro.progress import progress
-from repro.sim_vs_real.calibration import add_measured_link, calibrate, calibration_record
+from repro.sim_vs_real.calibration import add_measured_link, add_served_step, calibrate, calibration_record
 from repro.sim_vs_real.points import make_points, run_summary
 
 SYSTEMS = ("infinite-llm", "vllm-m")
@@ -124,12 +126,14 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
     burst = make_requests(float("inf"))
     calibrations = []
 
-    def calibrated(repeat: int, rate: float) -> Path:
+    def calibrated(repeat: int, rate: float, served_step_s: float = 0.0) -> Path:
         path = calibrate(spec, torch.device("cpu"), torch.float32, seed, burst, setup.max_batch_size, "wall", quick,
                          folder, len(calibrations))
         link_s = add_measured_link(path)
+        add_served_step(path, spec.name, served_step_s, "Infinite-LLM's saturation run of this arm (Ray engine)")
         calibrations.append({"system": "pooled", "repeat": repeat, "rate_per_s": rate,
-                             **calibration_record(path, _load_1m()), "link_one_way_s": link_s})
+                             **calibration_record(path, _load_1m()), "link_one_way_s": link_s,
+                             "served_step_s": served_step_s})
         return path
 
     # the engines' gManagers run Algorithm 1 on this machine's cost model (the first calibration), as the simulated
@@ -144,9 +148,11 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
             measure(system, burst[: min(4, len(burst))])
         saturation = {}
         for system in SYSTEMS:
-            summary, _ = measure(system, burst)
+            summary, engine = measure(system, burst)
             saturation[system] = {"output_tok_s": summary["output_tok_s"],
-                                  "rate_per_s": summary["num_finished"] / summary["makespan_s"]}
+                                  "rate_per_s": summary["num_finished"] / summary["makespan_s"], "engine": engine}
+        # a creditor's cost per debtor step it serves, measured in Infinite-LLM's saturation run (none served: 0)
+        served_step_s = saturation[SYSTEMS[0]]["engine"]["serve_ms"] / 1e3
         top = max(s["rate_per_s"] for s in saturation.values())
         rates = rates or tuple(float(f"{top * m:.3g}") for m in multipliers)
         log(f"  pooled arm, {setup.num_instances} Ray instances of {setup.blocks_per_instance} rBlocks: saturation "
@@ -155,7 +161,8 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
         runs = []
         for repeat, rate in progress([(k, r) for k in range(repeats) for r in rates], desc="pooled arm", unit="rate"):
             requests = make_requests(rate)
-            base = sim_config(configs[SYSTEMS[0]], gm_config, setup, spec.name, calibrated(repeat, rate))
+            base = sim_config(configs[SYSTEMS[0]], gm_config, setup, spec.name,
+                              calibrated(repeat, rate, served_step_s))
             for system in SYSTEMS:
                 load_before = _load_1m()
                 measured, stats = measure(system, requests)
