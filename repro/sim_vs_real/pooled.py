@@ -8,11 +8,13 @@ recomputed, one that no instance holds is rejected), on the same instances with 
 The workload is a trace scaled by a fixed rule (workloads/scaling.py): the trace's `quantile` length fills one
 instance, so the requests above it outgrow one. Rates: multiples of the higher of the two systems' saturation
 rates, each measured first by serving every request at once. Clock: the wall clock (the instances are processes
-of their own). Calibration, taken before each rate: `repro profile` of one core (the layers, the attention kernel,
-the engine's step overhead) and the gloo link between two processes (calibration/profile_link.py), the link the
-simulator's remote MicroAttention and KV moves travel; and, from Infinite-LLM's saturation run, a creditor's
-fixed cost per debtor step it serves (the Ray engine's served path: its step setup and per-layer calls beyond the
-KV reads), which the simulator adds to the creditor's next step and to the debtor's wait.
+of their own). Calibration, taken before each rate: `repro profile` of one core in CPU time (the layers, the
+attention kernel, the engine's step overhead) and the gloo link between two processes (calibration/profile_link.py),
+the link the simulator's remote MicroAttention and KV moves travel; and, from Infinite-LLM's saturation run, a
+creditor's fixed cost per debtor step it serves (the Ray engine's served path: its step setup and per-layer calls
+beyond the KV reads), which the simulator adds to the creditor's next step and to the debtor's wait. On a shared
+machine the wall-clock runs are slower than a CPU-time calibration predicts by what the load takes: the load
+average is kept before and after every run.
 """
 import os
 from dataclasses import asdict, dataclass
@@ -27,6 +29,9 @@ from repro.sim_vs_real.points import make_points, run_summary
 
 SYSTEMS = ("infinite-llm", "vllm-m")
 CPU = "cpu"  # the hardware name of this machine's calibration (repro profile names it after the torch device)
+# The profile's ops are timed in process CPU time: on a shared machine wall-clock medians of the same op moved 40x
+# between two calibrations a minute apart (load 4-7); the link is a latency, timed on the wall clock
+CALIBRATION_CLOCK = "cpu"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +112,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
     from reference_impl.sim.systems import system_config
 
     model = random_model(engine_model_config(spec), seed, torch.float32)
+    threads_before = torch.get_num_threads()
     # a core per instance, and both systems' engines stay warm (one serves at a time, the other held): half a
     # logical CPU per instance places both on `num_instances` CPUs
     ray_config = RayConfig(num_cpus=setup.num_instances, cpus_per_instance=1.0 / len(SYSTEMS),
@@ -127,8 +133,9 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
     calibrations = []
 
     def calibrated(repeat: int, rate: float, served_step_s: float = 0.0) -> Path:
-        path = calibrate(spec, torch.device("cpu"), torch.float32, seed, burst, setup.max_batch_size, "wall", quick,
-                         folder, len(calibrations))
+        torch.set_num_threads(1)  # as each instance's actor runs (REPRO_RAY_TORCH_THREADS)
+        path = calibrate(spec, torch.device("cpu"), torch.float32, seed, burst, setup.max_batch_size, CALIBRATION_CLOCK,
+                         quick, folder, len(calibrations))
         link_s = add_measured_link(path)
         add_served_step(path, spec.name, served_step_s, "Infinite-LLM's saturation run of this arm (Ray engine)")
         calibrations.append({"system": "pooled", "repeat": repeat, "rate_per_s": rate,
@@ -179,6 +186,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
                     f"wait {stats['wait_ms']:.1f}, messaging {stats['messaging_ms']:.1f}); load {loads[-1]}")
     finally:
         server.close()
+        torch.set_num_threads(threads_before)
         if started:
             ray.shutdown()
     points = make_points(runs)
