@@ -85,7 +85,7 @@ compare-vllm: $(STAMP) $(VLLM_STAMP)
 # simulation again (RUN_FLAGS=--force; set RUN_FLAGS= to keep existing results), draws the figures from the
 # results and prints the paper-vs-reproduced report. Workloads are generated inside the run (seeded, fitted).
 RUN_FLAGS ?= --force
-# Fig 10 / distkv Fig 8 are seeded throughput-latency curves (repro/experiments/serving_curves.py); a bigger run:
+# Fig 10 / distkv Fig 8 are seeded throughput-latency curves (repro/serving/curves.py); a bigger run:
 # make fig10 FIG10_PARAMS="--param seeds=5 --param short_requests=3000 --param long_requests=500"
 FIG10_PARAMS ?=
 FIG8_PARAMS ?=

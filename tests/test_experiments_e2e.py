@@ -103,7 +103,7 @@ def test_e2e_quick_validates_plots_and_reports_the_spread(e2e_quick):
 
 def test_a_long_group_probes_with_a_prefix_of_its_points_requests():
     from repro.experiments.e2e import curve_groups, sizes
-    from repro.experiments.serving_curves import MIN_PROBE_REQUESTS, probe_requests
+    from repro.serving.curves import MIN_PROBE_REQUESTS, probe_requests
     params = RunParams(extra={"traces": [0, 3], "short_requests": 150, "long_requests": 150})
     short, long_ = curve_groups(params, sizes(params), link="inter-node", source="fitted")[::2]
     for group, expected in ((short, 150), (long_, max(MIN_PROBE_REQUESTS, 75))):

@@ -116,7 +116,7 @@ def _fake_point(task):
 
 
 def test_simulated_points_count_on_a_bar_on_stderr_and_log_on_stdout(monkeypatch, capsys):
-    from repro.experiments.serving import PointTask, run_tasks
+    from repro.serving.tasks import PointTask, run_tasks
     from repro.progress import progress_log
     tasks = [PointTask("vllm-m", None, (), rate, "toy", runner=_fake_point) for rate in (1.0, 2.0, 3.0)]
     for forced in ("0", "1"):

@@ -1,4 +1,4 @@
-"""The plateau rule (repro/experiments/serving_plateau.py): a curve counts as at its plateau when its top two rates
+"""The plateau rule (repro/serving/plateau.py): a curve counts as at its plateau when its top two rates
 agree within PLATEAU_TOL; one that still rises is extended at twice its top rate until they do (at most
 MAX_EXTENSIONS times); on an e2e --quick run the curves reach it and max throughput is read there."""
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 
 from repro.experiments.base import RunParams
 from repro.experiments.registry import get_experiment
-from repro.experiments.serving import PointTask
-from repro.experiments.serving_plateau import (MAX_EXTENSIONS, PLATEAU_GROWTH, PLATEAU_TOL, Climb,
+from repro.serving.tasks import PointTask
+from repro.serving.plateau import (MAX_EXTENSIONS, PLATEAU_GROWTH, PLATEAU_TOL, Climb,
                                                extend_to_plateau, reaches_plateau, top_rise)
 
 LIMIT_TOK_S = 1000.0

@@ -56,7 +56,7 @@ class ServingPoint:
 
 def best_ratio(points: list[dict], system: str, baseline: str) -> float | None:
     """Highest steady-state output rate over the rates run, `system` over `baseline`: the max-throughput ratio
-    of a short single-seed run (the simulated curves use the plateau of repro/experiments/serving_curves.py)."""
+    of a short single-seed run (the simulated curves use the plateau of repro/serving/curves.py)."""
     best = {s: max((p["steady_output_tok_s"] for p in points if p["system"] == s), default=0.0)
             for s in (system, baseline)}
     return best[system] / best[baseline] if best[baseline] > 0 else None

@@ -105,7 +105,7 @@ def plot(results, figures_dir) -> list[str]:
     import pandas as pd
 
     from repro.experiments.figures import plt, save, sns
-    from repro.experiments.serving_plots import PALETTE
+    from repro.serving.plots import PALETTE
 
     settings = main_result(results)["data"]["settings"]
     fig, axes = plt.subplots(1, len(settings), figsize=(3.0 * len(settings), 2.8), squeeze=False)

@@ -3,7 +3,7 @@
 Fig 10a: traces 0-2 (short) on LLaMA2-7B instances of one GPU, at two instance counts, against vLLM-M.
 Fig 10b: traces 3-8 (long) against vLLM-S; each trace runs on the (model, GPUs) row of distkv-llm Table 2
 whose range it matches (200K: 7B/2, 280K: 13B/4, 600K: 70B/8, 480K: 13B/8, 1200K: 7B/16, 2000K: 7B/32).
-The curve method (measured saturation, rate grid, seeds, steady-state window, plateau) is serving_curves.py's;
+The curve method (measured saturation, rate grid, seeds, steady-state window, plateau) is repro/serving/curves.py's;
 the points run in one process per core (`--param workers=N`). A bigger run: `--param seeds=5
 --param short_requests=3000 --param long_requests=500` (make fig10 FIG10_PARAMS="..."); traces 3-8 place their
 grid from probes of half a point's requests (`--param long_probe_fraction=1`: whole points).
@@ -12,9 +12,9 @@ from functools import partial
 
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.params import LINK_HELP, Param, fraction, int_list, link
-from repro.experiments.serving import default_workers, point_pool, typed, workload
-from repro.experiments.serving_curves import LONG_PROBE_FRACTION, CurveGroup, run_curves
-from repro.experiments.serving_ray import RAY_PARAMS
+from repro.serving.tasks import default_workers, point_pool, typed, workload
+from repro.serving.curves import LONG_PROBE_FRACTION, CurveGroup, run_curves
+from repro.serving.on_ray import RAY_PARAMS
 from reference_impl.links import DEFAULT_LINK
 from reference_impl.sim.systems import cluster
 
@@ -88,8 +88,8 @@ def seeds_of(params) -> tuple[int, ...]:
 
 def run(params, log) -> dict:
     params = typed("e2e", PARAMS, params)
-    if params.backend == "ray":  # served for real by Ray actors: repro/experiments/serving_ray.py
-        from repro.experiments.serving_ray import run_on_ray
+    if params.backend == "ray":  # served for real by Ray actors: repro/serving/on_ray.py
+        from repro.serving.on_ray import run_on_ray
         return run_on_ray(params, log, list(groups(FULL)))  # its own sizes and traces (ray_traces)
     if params.backend == "vllm":  # real vLLM-M vs our local engine at CPU scale: baselines/real_vllm/e2e.py
         from baselines.real_vllm.e2e import run as run_real
@@ -106,7 +106,7 @@ PAPER = {"10a": ("e2e-vs-vllm-m", "1.35x-1.73x", 1.35, 1.73), "10b": ("e2e-vs-vl
 
 def claims(results) -> list[ClaimRow]:
     from repro.experiments.figures import main_result
-    from repro.experiments.serving_claims import claim_note
+    from repro.serving.claims import claim_note
     result = main_result(_not_vllm(results))
     rows = []
     for g in result["data"]["groups"]:
@@ -121,7 +121,7 @@ def claims(results) -> list[ClaimRow]:
 
 def plot(results, figures_dir) -> list[str]:
     from repro.experiments.figures import main_result
-    from repro.experiments.serving_plots import plot_curves
+    from repro.serving.plots import plot_curves
     return plot_curves(main_result(_not_vllm(results))["data"]["groups"], figures_dir, "infinite-llm-fig", "trace")
 
 

@@ -2,7 +2,7 @@
 
 Each dataset runs on its Table 2 row (model, GPUs): Infinite-LLM instances of `instance_tp` GPUs against one
 vLLM instance of all of them (the paper's baseline holds the same GPUs). The curve method is
-serving_curves.py's (measured saturation, >= 6 rates, seeds, steady-state window, plateau); 200 requests per
+repro/serving/curves.py's (measured saturation, six rates, seeds, steady-state window, plateau); 200 requests per
 point by default (the paper used 1000: `--param num_requests=1000`, make fig8-distkv FIG8_PARAMS="...").
 """
 from functools import partial
@@ -10,8 +10,8 @@ from functools import partial
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result
 from repro.experiments.params import LINK_HELP, Param, fraction, int_list, link
-from repro.experiments.serving import default_workers, point_pool, typed, workload
-from repro.experiments.serving_curves import LONG_PROBE_FRACTION, CurveGroup, run_curves
+from repro.serving.tasks import default_workers, point_pool, typed, workload
+from repro.serving.curves import LONG_PROBE_FRACTION, CurveGroup, run_curves
 from reference_impl.links import DEFAULT_LINK
 from reference_impl.sim.systems import cluster
 from workloads.paper_tables import DATASETS
@@ -59,7 +59,7 @@ def run(params, log) -> dict:
 
 
 def claims(results) -> list[ClaimRow]:
-    from repro.experiments.serving_claims import claim_note
+    from repro.serving.claims import claim_note
     result = main_result(results)
     rows = []
     for g in result["data"]["groups"]:
@@ -72,7 +72,7 @@ def claims(results) -> list[ClaimRow]:
 
 
 def plot(results, figures_dir) -> list[str]:
-    from repro.experiments.serving_plots import plot_curves
+    from repro.serving.plots import plot_curves
     return plot_curves(main_result(results)["data"]["groups"], figures_dir, "distkv-llm-fig", "dataset")
 
 

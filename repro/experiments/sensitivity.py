@@ -10,8 +10,8 @@ the reproduction is least sure of, changed for every system alike, one at a time
 - batch cap (max_batch_size): 64, 256 (default), 1024;
 - chunked prefill on (`chunked_prefill_tokens`=512) / off, when the simulator has that option (issue 13).
 
-Max throughput per arm is the plateau of the probes of serving_curves.find_saturation, extended by the rule of
-serving_plateau.py: each system serves the requests at probe rates up to past its saturation; while its two
+Max throughput per arm is the plateau of the probes of curves.find_saturation, extended by the rule of
+repro/serving/plateau.py: each system serves the requests at probe rates up to past its saturation; while its two
 highest probe rates disagree by more than 5% it serves twice the top rate again; the highest steady-state
 output rate of those points is its max throughput. Cheaper than a whole curve (two to four points per system
 and seed instead of >= 12); the `default` arm is the e2e configuration, so its ratio checks this shortcut
@@ -27,10 +27,9 @@ from repro.experiments.base import ClaimRow, Experiment, RunParams, default_run_
 from repro.experiments.e2e import GPU, PAPER, curve_groups, sizes
 from repro.experiments.figures import main_result
 from repro.experiments.params import Param, int_list
-from repro.experiments.serving import default_workers, point_pool, run_point, typed
-from repro.experiments.serving import PointTask
-from repro.experiments.serving_curves import CurveGroup, find_saturation, probe_requests
-from repro.experiments.serving_plateau import Climb, extend_to_plateau, max_tput_tok_s, reaches_plateau
+from repro.serving.tasks import PointTask, default_workers, point_pool, run_point, typed
+from repro.serving.curves import CurveGroup, find_saturation, probe_requests
+from repro.serving.plateau import Climb, extend_to_plateau, max_tput_tok_s, reaches_plateau
 from reference_impl.calibration.specs import model_spec
 from reference_impl.errors import InputError
 from reference_impl.links import DEFAULT_LINK, INTER_NODE, INTRA_NODE

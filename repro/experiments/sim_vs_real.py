@@ -67,7 +67,7 @@ POOLED_BLOCK_SIZE = 8
 
 
 def _requests(trace: int, num_requests: int, rate_per_s: float, max_tokens: int, seed: int):
-    from repro.experiments.serving import workload
+    from repro.serving.tasks import workload
     from workloads.scaling import scale_to_longest
 
     return scale_to_longest(workload(trace_id=trace, num_requests=num_requests, rate_per_s=rate_per_s, seed=seed,
@@ -225,7 +225,7 @@ def _run_pooled(spec, extra: dict, size: dict, repeats: int, params: RunParams, 
     max_tokens = tokens * 3 // 2  # a long request outgrows one instance, and still fits two beside others
 
     def make(rate: float):
-        from repro.experiments.serving import workload
+        from repro.serving.tasks import workload
 
         return scale_requests(workload(trace_id=extra["trace"], num_requests=num_requests, rate_per_s=rate,
                                        seed=params.seed, source="fitted"), factor, max_tokens)

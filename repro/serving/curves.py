@@ -12,7 +12,7 @@
    near the unloaded latency), and HIGH_MULTIPLIERS of the higher one (past both); when the saturations
    differ by more than MID_GAP, their geometric middle replaces the last low multiplier (six rates either way).
 3. Every rate runs with every seed (lengths, arrivals and the simulator's seed change together).
-4. Plateau (serving_plateau.py): a system whose curve still rises by more than PLATEAU_TOL from the grid's
+4. Plateau (repro/serving/plateau.py): a system whose curve still rises by more than PLATEAU_TOL from the grid's
    second-highest rate to its highest (medians over seeds) runs at twice its top rate, with every seed, until
    the top two agree (at most MAX_EXTENSIONS more rates); the curve is drawn up to there.
 5. Max throughput (the papers' "maximum achieved throughput"): per system and seed, the highest steady-state
@@ -25,8 +25,8 @@ from functools import partial
 
 import numpy as np
 
-from repro.experiments.serving import PointTask, nominal_rate_per_s, run_tasks
-from repro.experiments.serving_plateau import Climb, extend_to_plateau, max_tput_tok_s, plateau_record
+from repro.serving.tasks import PointTask, nominal_rate_per_s, run_tasks
+from repro.serving.plateau import Climb, extend_to_plateau, max_tput_tok_s, plateau_record
 from reference_impl.sim.config import SimConfig
 
 KEEPS_UP = 0.8

@@ -1,6 +1,6 @@
 """Shared by the serving experiments (e2e, e2e-datasets, sensitivity): one simulated point, the process pool
 that runs many, and the parameters they share. The curve method (saturation search, rate grid, seeds, plateau)
-is in serving_curves.py; the summary and point record are reference_impl/sim/metrics.py's, for every backend."""
+is in curves.py; the summary and point record are reference_impl/serving/'s, for every backend."""
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -28,7 +28,7 @@ def workload(*, trace_id=None, dataset_id=None, num_requests: int, rate_per_s: f
 def nominal_rate_per_s(config: SimConfig, requests) -> float:
     """A rough saturation rate from the cost model alone (mean prompt and output, the largest batch that fits).
     It overshoots on heavy-tailed traces (prefill attention is quadratic), so it only starts the measured
-    saturation search of serving_curves.py."""
+    saturation search of repro/serving/curves.py."""
     model = perf_model(config)
     prompt = float(np.mean([r.prompt_len for r in requests]))
     output = float(np.mean([r.output_len for r in requests]))

@@ -2,7 +2,7 @@
 from the grid's reading, and why it is outside the paper's range when it is."""
 import numpy as np
 
-from repro.experiments.serving_curves import ratio_text
+from repro.serving.curves import ratio_text
 
 
 def claim_note(group: dict, low: float, high: float) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from repro.experiments.serving import run_tasks
+from repro.serving.tasks import run_tasks
 
 PLATEAU_TOL = 0.05
 PLATEAU_GROWTH = 2.0

@@ -23,9 +23,9 @@ def seed_curve(points: list[dict], system: str, x_key: str = "steady_output_tok_
 
 def plot_curves(groups: list[dict], figures_dir: str, name: str, key: str) -> list[str]:
     """One figure per panel value: mean normalised latency (s/token) against steady-state output throughput,
-    per system, up to the rates that reached its plateau (serving_plateau.py); markers are seed means, bars the
+    per system, up to the rates that reached its plateau (repro/serving/plateau.py); markers are seed means, bars the
     seeds' min-max in both directions, the dashed line the plateau (max throughput) of each system."""
-    from repro.experiments.serving_curves import ratio_text
+    from repro.serving.curves import ratio_text
 
     written = []
     for panel in sorted({g["panel"] for g in groups}):

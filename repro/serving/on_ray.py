@@ -1,6 +1,6 @@
 """The serving experiments on `--backend ray`: real serving curves of the same systems, served against the wall
 clock by Ray actors running a model (default the built-in `tiny`, on CPU), by the simulated curves' method
-(serving_curves.py): measured saturation, a grid of six rates from light load to past it, every rate with every
+(repro/serving/curves.py): measured saturation, a grid of six rates from light load to past it, every rate with every
 seed, curves extended to their plateau, max throughput read there, the one ServingPoint record.
 
 At CPU scale a group's lengths are scaled by a fixed rule (workloads/scaling.py): the trace's `long_quantile`
@@ -18,8 +18,8 @@ from functools import partial
 import numpy as np
 
 from repro.experiments.params import Param, fraction, int_list
-from repro.experiments.serving import workload
-from repro.experiments.serving_curves import CurveGroup, run_curves
+from repro.serving.tasks import workload
+from repro.serving.curves import CurveGroup, run_curves
 from reference_impl.sim.config import SimConfig
 
 QUICK = dict(requests=40, max_instances=2, seeds=1, traces=(1,))
@@ -46,7 +46,7 @@ def _load_1m() -> float:
 
 
 class RayPoint:
-    """serving_curves' point runner on Ray: `task.system` serves `task.requests` on its engine, kept warm between
+    """the curves' point runner on Ray: `task.system` serves `task.requests` on its engine, kept warm between
     points (backends/ray/serving.py RayServer)."""
 
     def __init__(self, server, num_instances: int, blocks: int, block_size: int, max_batch_size: int):
