@@ -2,7 +2,7 @@
 
 Definitions follow vLLM's benchmarks: TTFT = first token - arrival; TPOT = (finish - first token) /
 (output tokens - 1); latency = finish - arrival. The summary and the point record are the simulator's
-(reference_impl/sim/metrics.py: `summarize_records`, `ServingPoint`), so real and simulated runs share one
+(reference_impl/serving/: `summarize_records`, `ServingPoint`), so real and simulated runs share one
 metrics path and the e2e experiment's columns.
 """
 from dataclasses import dataclass

@@ -3,7 +3,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from reference_impl.serving.records import ServingRun as SimResult
+from reference_impl.serving.records import ServingRun
 
 METRICS = ("output_tok_s", "mean_ttft_s", "mean_tpot_s", "mean_latency_s")
 
@@ -22,7 +22,7 @@ class RunSummary:
     num_steps: int
 
 
-def run_summary(result: SimResult) -> RunSummary:
+def run_summary(result: ServingRun) -> RunSummary:
     s = result.summary()
     return RunSummary(s.output_tok_s, s.mean_ttft_s, s.mean_tpot_s, s.mean_latency_s, s.num_finished, s.num_requests,
                       s.makespan_s, result.num_steps)

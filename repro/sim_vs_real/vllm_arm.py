@@ -73,14 +73,14 @@ def _ops_profile(spec, grid, budget: int, seed: int, quick: bool) -> dict:
 
 
 def measured_result(run):
-    """A real vLLM run as the simulator's SimResult, so both sides are summarised by one path."""
-    from reference_impl.serving.records import RequestRecord as RequestMetrics, ServingRun as SimResult
+    """A real vLLM run as a ServingRun, as the simulator's, so both sides are summarised by one path."""
+    from reference_impl.serving.records import RequestRecord, ServingRun
 
-    records = [RequestMetrics(r.req_id, r.arrival_s, r.prompt_len, r.output_len,
-                              -1 if r.engine is None else r.engine, r.status, r.first_token_s, r.finish_s)
+    records = [RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len,
+                             -1 if r.engine is None else r.engine, r.status, r.first_token_s, r.finish_s)
                for r in run.served]
-    return SimResult(records, list(run.step_end_s), list(run.step_tokens), num_steps=len(run.step_end_s),
-                     end_s=run.run_s)
+    return ServingRun(records, list(run.step_end_s), list(run.step_tokens), num_steps=len(run.step_end_s),
+                      end_s=run.run_s)
 
 
 def steps_to_first_token(result) -> float | None:
