@@ -25,6 +25,7 @@ from reference_impl.backends.clock import CLOCKS
 from reference_impl.errors import InputError
 from repro.experiments.base import Experiment, RunParams, default_run_id
 from repro.experiments.params import Param, float_list
+from repro.load import load_1m
 from repro.sim_vs_real.calibration import calibrate, calibration_record
 from repro.sim_vs_real.points import error_table, make_points, plot, run_summary
 from repro.progress import progress
@@ -97,9 +98,6 @@ def device_is_cpu(device: str) -> bool:
     return torch.device(device).type == "cpu"
 
 
-def _load_1m() -> float:
-    return round(os.getloadavg()[0], 2)
-
 
 def run(params: RunParams, log) -> dict:
     from reference_impl.backends.local import serve, to_device
@@ -135,7 +133,7 @@ def run(params: RunParams, log) -> dict:
     num_blocks = max_batch * num_blocks_for(max_tokens, BLOCK_SIZE) + 1  # every running request fits: no preemption
     engine_config = EngineConfig(1, num_blocks, block_size=BLOCK_SIZE, max_batch_size=max_batch, seed=params.seed)
     make = lambda rate: _requests(extra["trace"], num_requests, rate, max_tokens, params.seed)  # noqa: E731
-    loads = [_load_1m()]
+    loads = [load_1m()]
     vllm_status, vllm_arm = _vllm_status(extra["vllm"], device.type), None
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -153,14 +151,14 @@ def run(params: RunParams, log) -> dict:
                 path = calibrate(spec, device, dtype, params.seed, burst, max_batch, clock, params.quick,
                                   Path(tmp), len(calibrations))
                 calibrations.append({"system": SYSTEM, "repeat": repeat, "rate_per_s": rate,
-                                     **calibration_record(path, _load_1m())})
+                                     **calibration_record(path, load_1m())})
                 sim_config = SimConfig(model=spec.name, gpu=str(device), num_instances=1, link="intra-node",
                                        block_size=BLOCK_SIZE, max_batch_size=max_batch, num_blocks=num_blocks,
                                        coefficients_path=str(path), seed=params.seed)
-                load_before = _load_1m()
+                load_before = load_1m()
                 measured = run_summary(serve(model, requests, engine_config, seed=params.seed, device=device,
                                              clock=clock))
-                loads.append(_load_1m())
+                loads.append(load_1m())
                 predicted = run_summary(simulate(sim_config, requests))
                 runs.append({"system": SYSTEM, "repeat": repeat, "rate_per_s": rate, "measured": asdict(measured),
                              "predicted": asdict(predicted), "loadavg_1m_before": load_before,
@@ -217,12 +215,12 @@ def _pooled_status(mode: str, device_type: str, num_instances: int) -> str | Non
 
 def _run_pooled(spec, extra: dict, size: dict, repeats: int, params: RunParams, folder: Path, log) -> dict:
     from repro.sim_vs_real.pooled import PooledSetup, run_pooled_arm
-    from workloads.scaling import scale_factor, scale_requests
+    from workloads.scaling import max_tokens_for, scale_factor, scale_requests
 
     num_requests = extra.get("pooled_requests") or size["pooled_requests"]
     tokens, quantile = extra["instance_tokens"], extra["long_quantile"]
     factor = scale_factor(trace_id=extra["trace"], instance_tokens=tokens, quantile=quantile)
-    max_tokens = tokens * 3 // 2  # a long request outgrows one instance, and still fits two beside others
+    max_tokens = max_tokens_for(tokens)
 
     def make(rate: float):
         from repro.serving.tasks import workload

@@ -18,6 +18,7 @@ from functools import partial
 import numpy as np
 
 from repro.experiments.params import Param, fraction, int_list
+from repro.load import load_1m
 from repro.serving.tasks import workload
 from repro.serving.curves import CurveGroup, run_curves
 from reference_impl.sim.config import SimConfig
@@ -41,9 +42,6 @@ RAY_PARAMS = (
 )
 
 
-def _load_1m() -> float:
-    return round(os.getloadavg()[0], 2)
-
 
 class RayPoint:
     """the curves' point runner on Ray: `task.system` serves `task.requests` on its engine, kept warm between
@@ -54,9 +52,8 @@ class RayPoint:
         self.shape = (num_instances, blocks, block_size, max_batch_size)
 
     def __call__(self, task) -> dict:
-        from reference_impl.backends.ray.serving import engine_config
+        from reference_impl.backends.ray.serving import engine_config, instance_stats
         from reference_impl.serving.points import ServingPoint
-        from repro.sim_vs_real.pooled import instance_stats
 
         num_instances, blocks, block_size, max_batch = self.shape
         config = engine_config(task.system, num_instances, blocks, block_size, max_batch_size=max_batch,
@@ -65,7 +62,7 @@ class RayPoint:
         run, stats = self.server.serve(list(task.requests), config, seed=task.seed)
         point = ServingPoint.of_result(task.system, task.rate_per_s, run, wall_s=time.perf_counter() - t0,
                                        seed=task.seed).to_dict()
-        return {**point, "loadavg_1m": _load_1m(), "engine": instance_stats(stats)}
+        return {**point, "loadavg_1m": load_1m(), "engine": instance_stats(stats)}
 
 
 def _requests(trace_id: int, num_requests: int, source: str, factor: float, max_tokens: int, rate_per_s: float,
@@ -82,7 +79,7 @@ def run_on_ray(params, log, groups: list[dict]) -> dict:
     from reference_impl.backends.ray.serving import RayServer
     from reference_impl.errors import InputError
     from reference_impl.model import resolve_model
-    from workloads.scaling import scale_factor
+    from workloads.scaling import max_tokens_for, scale_factor
 
     size = QUICK if params.quick else FULL
     extra = params.extra
@@ -108,7 +105,7 @@ def run_on_ray(params, log, groups: list[dict]) -> dict:
             chosen.append(g)
     if not chosen:
         raise InputError(f"--param ray_traces {','.join(map(str, traces))} names no group of this experiment")
-    max_tokens = tokens * 3 // 2
+    max_tokens = max_tokens_for(tokens)
     blocks = tokens // block_size
     todo, server = [], RayServer(model, ray_config)
     for g in chosen:
@@ -123,7 +120,7 @@ def run_on_ray(params, log, groups: list[dict]) -> dict:
                                f"trace {g['trace_id']} on {num_instances} Ray instances of {blocks} rBlocks",
                                runner=RayPoint(server, num_instances, blocks, block_size, max_batch),
                                start_rate_per_s=float("inf")))
-    loads = [_load_1m()]
+    loads = [load_1m()]
     started = init_ray(ray_config)
     try:
         out = run_curves(todo, seeds, log, None)  # one point at a time: each has the machine's cores

@@ -16,13 +16,13 @@ beyond the KV reads), which the simulator adds to the creditor's next step and t
 machine the wall-clock runs are slower than a CPU-time calibration predicts by what the load takes: the load
 average is kept before and after every run.
 """
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from reference_impl.serving.records import REJECTED
+from repro.load import load_1m
 from repro.progress import progress
 from repro.sim_vs_real.calibration import add_measured_link, add_served_step, calibrate, calibration_record
 from repro.sim_vs_real.points import make_points, run_summary
@@ -44,24 +44,6 @@ class PooledSetup:
     max_batch_size: int
     gmanager_interval_s: float = 0.05
 
-
-def _load_1m() -> float:
-    return round(os.getloadavg()[0], 2)
-
-
-def instance_stats(stats: dict[int, dict]) -> dict:
-    """Per-step means over the instances' loops (ms) and the counts the comparison reads."""
-    steps = sum(s["num_steps"] for s in stats.values())
-    per_step = lambda key: 1e3 * sum(s[key] for s in stats.values()) / max(1, steps)  # noqa: E731
-    served = sum(s["num_served"] for s in stats.values())
-    return {"num_steps": {str(i): s["num_steps"] for i, s in sorted(stats.items())},  # per instance
-            "step_ms": per_step("step_s"), "control_ms": per_step("control_s"), "compute_ms": per_step("compute_s"),
-            "wait_ms": per_step("wait_s"), "messaging_ms": per_step("messaging_s"),
-            "num_served": served,
-            "serve_ms": 1e3 * sum(s["serve_compute_s"] for s in stats.values()) / max(1, served),
-            "num_moves_accepted": sum(s["num_moves_accepted"] for s in stats.values()),
-            "num_moves_refused": sum(s["num_moves_refused"] for s in stats.values()),
-            "num_copied_blocks": sum(s["num_copied_blocks"] for s in stats.values())}
 
 
 def _sim_counts(result) -> dict:
@@ -102,7 +84,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
     import torch
 
     from reference_impl.backends.ray import RayConfig, init_ray
-    from reference_impl.backends.ray.serving import RayServer, engine_config
+    from reference_impl.backends.ray.serving import RayServer, engine_config, instance_stats
     from reference_impl.calibration.model import CalibratedPerfModel
     from reference_impl.gmanager import GManagerConfig
     from reference_impl.links import GLOO
@@ -128,7 +110,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
                    "num_rejected": sum(r.status == REJECTED for r in run.requests)}
         return summary, engine
 
-    loads = [_load_1m()]
+    loads = [load_1m()]
     burst = make_requests(float("inf"))
     calibrations = []
 
@@ -139,7 +121,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
         link_s = add_measured_link(path)
         add_served_step(path, spec.name, served_step_s, "Infinite-LLM's saturation run of this arm (Ray engine)")
         calibrations.append({"system": "pooled", "repeat": repeat, "rate_per_s": rate,
-                             **calibration_record(path, _load_1m()), "link_one_way_s": link_s,
+                             **calibration_record(path, load_1m()), "link_one_way_s": link_s,
                              "served_step_s": served_step_s})
         return path
 
@@ -171,9 +153,9 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
             base = sim_config(configs[SYSTEMS[0]], gm_config, setup, spec.name,
                               calibrated(repeat, rate, served_step_s))
             for system in SYSTEMS:
-                load_before = _load_1m()
+                load_before = load_1m()
                 measured, stats = measure(system, requests)
-                loads.append(_load_1m())
+                loads.append(load_1m())
                 sim = simulate(system_config(system, base), requests)
                 predicted = {**asdict(run_summary(sim)), **_sim_counts(sim)}
                 runs.append({"system": system, "num_instances": setup.num_instances,

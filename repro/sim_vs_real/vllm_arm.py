@@ -12,7 +12,6 @@ just before the job) with vLLM's KV read rate and step overhead fitted to those 
 blocks, batch cap and token budget per step: vLLM's V1 scheduler decodes every running request and prefills prompt
 chunks in one step, up to max_num_batched_tokens (the simulator's chunked prefill).
 """
-import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import numpy as np
 import torch
 
 from reference_impl.errors import InputError
+from repro.load import load_1m
 
 SYSTEM = "vllm-m"
 HARDWARE = "cpu-vllm"  # the calibration's hardware name: this machine, as vLLM runs on it
@@ -36,9 +36,6 @@ def vllm_unavailable() -> str | None:
         return str(exc)
     return None
 
-
-def _load_1m() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 def _grid(requests, max_batch: int, max_tokens: int, budget: int, quick: bool):
@@ -136,9 +133,9 @@ def run_arm(spec, make_requests, rates, *, max_batch: int, max_tokens: int, repe
         ops = _ops_profile(spec, grid, budget, seed + repeat, quick)
         calib = grid_rounds(grid, spec.vocab, rng)
         rounds = [job_round(burst[: min(4, len(burst))]), *calib, job_round(burst), *map(job_round, workloads)]
-        load_before = _load_1m()
+        load_before = load_1m()
         done = run_vllm_rounds(setup, hf, rounds, log_path=str(Path(folder) / f"vllm-{repeat}.log"))
-        load_after = _load_1m()
+        load_after = load_1m()
         decode, prefill = grid_steps(grid, done[1:1 + len(calib)], BLOCK_SIZE)
         doc = fit_engine_steps(ops, HARDWARE, spec.name, decode, prefill, kv_batch=grid.kv_batch,
                                engine=f"vLLM {done[0].vllm_version}",
