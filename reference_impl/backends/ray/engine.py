@@ -215,10 +215,6 @@ class RayEngine:
     def num_steps(self) -> int:
         return max((s["num_steps"] for s in self.stats().values()), default=0)
 
-    def num_moved_blocks(self) -> int:
-        """rBlocks copied between instances so far (moves, recalls, DGFM swaps), over the live instances."""
-        return sum(s["num_copied_blocks"] for s in self.stats().values())
-
     def pause(self) -> None:
         """Hold every loop before its next control phase (no control phase runs anywhere until `resume`)."""
         self.delivered()

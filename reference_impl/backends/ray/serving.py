@@ -65,6 +65,21 @@ def _counters(engine: RayEngine) -> dict[int, dict]:
     return {i: dict(s) for i, s in engine.stats().items()}
 
 
+def instance_stats(stats: dict[int, dict]) -> dict:
+    """Per-step means over the instances' loops (ms) and the counts the comparison reads."""
+    steps = sum(s["num_steps"] for s in stats.values())
+    per_step = lambda key: 1e3 * sum(s[key] for s in stats.values()) / max(1, steps)  # noqa: E731
+    served = sum(s["num_served"] for s in stats.values())
+    return {"num_steps": {str(i): s["num_steps"] for i, s in sorted(stats.items())},  # per instance
+            "step_ms": per_step("step_s"), "control_ms": per_step("control_s"), "compute_ms": per_step("compute_s"),
+            "wait_ms": per_step("wait_s"), "messaging_ms": per_step("messaging_s"),
+            "num_served": served,
+            "serve_ms": 1e3 * sum(s["serve_compute_s"] for s in stats.values()) / max(1, served),
+            "num_moves_accepted": sum(s["num_moves_accepted"] for s in stats.values()),
+            "num_moves_refused": sum(s["num_moves_refused"] for s in stats.values()),
+            "num_copied_blocks": sum(s["num_copied_blocks"] for s in stats.values())}
+
+
 class RayServer:
     """Serves workloads one after another on Ray engines kept warm between them: one engine per engine config,
     started at its first workload, held (paused) between workloads, and reused while it ends each workload idle
