@@ -3,8 +3,9 @@ does so as in the papers' clusters while a real run stays small enough for a CPU
 
 The rule: the length (prompt + output) at quantile `quantile` of the source's distribution (taken from a fixed
 reference sample of it, not from the run's own sample) becomes one instance's KV capacity, `instance_tokens`;
-every length is scaled by that factor and capped at `max_tokens` (prompt and output in proportion). So the
-requests above that quantile outgrow one instance, whatever the number of requests or the seed of a run.
+every length is scaled by that factor and capped (`max_tokens_for`: 1.5 instances; prompt and output in
+proportion). So the requests above that quantile outgrow one instance, whatever the number of requests or the
+seed of a run.
 """
 from functools import lru_cache
 
@@ -34,16 +35,28 @@ def scale_factor(*, trace_id: int | None = None, dataset_id: int | None = None, 
     return instance_tokens / quantile_tokens(trace_id, dataset_id, quantile, source)
 
 
+def max_tokens_for(instance_tokens: int) -> int:
+    """The cap on a scaled request: 1.5 instances, so a long request outgrows one and still fits two beside
+    others."""
+    return instance_tokens * 3 // 2
+
+
+def _scaled(r: Request, factor: float) -> Request:
+    return Request(r.req_id, r.arrival_s, max(1, round(r.prompt_len * factor)), max(1, round(r.output_len * factor)),
+                   r.source)
+
+
 def scale_requests(requests: list[Request], factor: float, max_tokens: int) -> list[Request]:
     """Each request's prompt and output times `factor` (at least one token each), the total capped at
     `max_tokens` with prompt and output in proportion."""
     out = []
     for r in requests:
-        prompt, output = max(1, round(r.prompt_len * factor)), max(1, round(r.output_len * factor))
+        r = _scaled(r, factor)
+        prompt, output = r.prompt_len, r.output_len
         if prompt + output > max_tokens:
             prompt = max(1, min(max_tokens - 1, round(max_tokens * prompt / (prompt + output))))
-            output = max_tokens - prompt
-        out.append(Request(r.req_id, r.arrival_s, prompt, output, r.source))
+            r = Request(r.req_id, r.arrival_s, prompt, max_tokens - prompt, r.source)
+        out.append(r)
     return out
 
 
@@ -51,5 +64,4 @@ def scale_to_longest(requests: list[Request], max_tokens: int) -> list[Request]:
     """The single-instance sim-vs-real arm's older rule: lengths scaled so this sample's longest request has
     `max_tokens` (the workload then depends on the sample; the fixed rule above does not)."""
     factor = max_tokens / max(r.prompt_len + r.output_len for r in requests)
-    return [Request(r.req_id, r.arrival_s, max(1, round(r.prompt_len * factor)), max(1, round(r.output_len * factor)),
-                    r.source) for r in requests]
+    return [_scaled(r, factor) for r in requests]
