@@ -140,7 +140,8 @@ class InstanceActor:
         with loop.results_lock:
             tokens, finished = loop.tokens, loop.finished
             loop.tokens, loop.finished = {}, []
-        return tokens, finished, loop.snapshot
+        # counters read now: at least as fresh as the tokens (the snapshot is from the last control phase's end)
+        return tokens, finished, {**loop.snapshot, "stats": loop.stats_now()}
 
     def snapshot(self) -> dict:
         return self.loop.snapshot
