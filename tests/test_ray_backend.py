@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray")
 from click.testing import CliRunner  # noqa: E402
 
 from reference_impl.backends.local import generate as local_generate  # noqa: E402
-from reference_impl.backends.ray import RayConfig, RayEngine, check_reachable  # noqa: E402
+from reference_impl.backends.ray import RayConfig, RayEngine, check_reachable, init_ray  # noqa: E402
 from reference_impl.engine import EngineConfig  # noqa: E402
 from reference_impl.gmanager import GManagerConfig  # noqa: E402
 from reference_impl.model import TINY, random_model  # noqa: E402
@@ -32,7 +32,9 @@ NUM_NEW = 12
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    # the project's own start: workers at this process's priority (at Ray's default nice 15 the gManager's restart
+    # took 60 s beside busy test workers, and the restart case timed out)
+    assert init_ray(RayConfig(num_cpus=2))
     yield
     ray.shutdown()
 
