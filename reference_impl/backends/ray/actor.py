@@ -19,7 +19,7 @@ import torch
 from reference_impl.backends.local import LocalBackend
 from reference_impl.backends.ray.dataplane import DataPlane, GroupSpec, free_address
 from reference_impl.backends.ray.loop import InstanceLoop
-from reference_impl.backends.ray.serve import PartnerWork, serve
+from reference_impl.backends.ray.serve import InTurn, PartnerWork, serve
 from reference_impl.engine import EngineConfig
 from reference_impl.protocol import MoveKVCache, Swap
 from reference_impl.rblock import RBlock
@@ -95,6 +95,7 @@ class InstanceActor:
         self.loop: InstanceLoop | None = None
         self.requests: PeerRequests | None = None
         self.thread: threading.Thread | None = None
+        self.turns = InTurn()
 
     def free_address(self) -> str:
         return free_address()
@@ -182,12 +183,15 @@ class InstanceActor:
         self.loop.mailbox.deliver(sender, seq, getattr(self.requests, method), args, None)
 
     def serve(self, work: PartnerWork) -> None:
-        """Serve home `work.home`'s step here (in this Ray thread, beside the loop)."""
-        t0 = time.perf_counter()
-        waited_s = serve(work, self.loop)
-        with self.loop.results_lock:  # (the loop publishes its stats from its own thread)
-            self.loop.stats["num_served"] += 1
-            self.loop.stats["serve_compute_s"] += time.perf_counter() - t0 - waited_s
+        """Serve home `work.home`'s step here (in this Ray thread, beside the loop), after its earlier ones."""
+        plane = self.loop.plane
+        with self.turns.turn(work, plane.spec.timeout_s if plane else 60.0):
+            t0, cpu0 = time.perf_counter(), time.thread_time()
+            waited_s = serve(work, self.loop)
+            with self.loop.results_lock:  # (the loop publishes its stats from its own thread)
+                self.loop.stats["num_served"] += 1
+                self.loop.stats["serve_compute_s"] += time.perf_counter() - t0 - waited_s
+                self.loop.stats["serve_cpu_s"] += time.thread_time() - cpu0
 
     # --- the driver's (and tests') direct view of this rManager, answered by the loop
     def try_move_kvcache(self, req_id: int, num_blocks: int) -> bool:

@@ -53,8 +53,11 @@ class Batch:
 
 STAT_KEYS = ("num_steps", "num_moves_accepted", "num_moves_refused", "num_full_heartbeats", "num_gmanager_restarts",
              "num_swaps", "num_copied_blocks", "num_partner_calls", "num_served")
-# serve_compute_s: a creditor's time serving its debtors' steps (MicroAttention, KV stores), waits excluded
-TIME_KEYS = ("step_s", "control_s", "compute_s", "wait_s", "messaging_s", "serve_compute_s")
+# serve_compute_s: a creditor's time serving its debtors' steps (MicroAttention, KV stores), waits excluded, on the
+# wall clock (serve_cpu_s: the serving thread's CPU time); reply_wait_s: a home's wait for its partners' calls of
+# an earlier step to return (part of messaging_s)
+TIME_KEYS = ("step_s", "control_s", "compute_s", "wait_s", "messaging_s", "serve_compute_s", "serve_cpu_s",
+             "reply_wait_s")
 
 
 class InstanceLoop:
@@ -83,7 +86,8 @@ class InstanceLoop:
         self.finished: list[tuple] = []  # (req_id, placement, num_preemptions)
         self.last = None  # (seqs, token ids) of the step whose postprocess is due
         self.pairs: list = []  # KV block pairs of this step: (src inst, tier, address, dst inst, tier, address)
-        self.serving: list = []  # the partners' calls of the previous step
+        self.serving: list = []  # the partners' calls of the previous steps not yet seen returned
+        self.num_works: dict[tuple[int, str], int] = {}  # (partner, group) -> works sent to it so far
         self.holds: list[threading.Event] = []  # hold requests to acknowledge at the next iteration boundary
         self.held_by: set = set()
         self.snapshot = {"state": "starting"}
@@ -157,8 +161,9 @@ class InstanceLoop:
     def exchange(self, batch: Batch | None, works: dict[int, PartnerWork]) -> None:
         """This step's data plane: the partners' calls, then the model (or only the moves) here."""
         t0 = time.perf_counter()
-        self.wait_served()
-        self.serving = [self.handles[i].serve.remote(work) for i, work in works.items()]
+        self.wait_served(all_steps=False)
+        if works:
+            self.serving.append([self.handles[i].serve.remote(work) for i, work in works.items()])
         self.stats["num_partner_calls"] += len(works)
         mine = [p for p in self.pairs if self.inst_id in (p[0], p[3])]
         step = DistStep(self.inst_id, self.plane, self.caches, batch and batch.plan, {}, mine, self.inst_id,
@@ -174,12 +179,22 @@ class InstanceLoop:
         self.stats["wait_s"] += step.messaging_s
         self.stats["compute_s"] += time.perf_counter() - t1 - step.messaging_s
 
-    def wait_served(self) -> None:
-        """The previous step's partner calls are done (their transfers completed; a failure raises here)."""
-        if self.serving:
-            refs, self.serving = self.serving, []
+    def wait_served(self, all_steps: bool = True) -> None:
+        """The partner calls of earlier steps are done (a failure raises here). all_steps=False leaves the last
+        step's calls pending: its data plane is complete once this home has every answer, only their returns are
+        left, and a partner serves this home's next work after it (serve.InTurn)."""
+        t0 = time.perf_counter()
+        keep = [] if all_steps or not self.serving else self.serving[-1:]
+        refs = [r for step in self.serving[:len(self.serving) - len(keep)] for r in step]
+        if refs:
             self.mailbox.wait(lambda: len(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) == len(refs))
             ray.get(refs)
+        if keep:  # those seen returned already: their failures surface now
+            done = ray.wait(keep[0], num_returns=len(keep[0]), timeout=0)[0]
+            ray.get(done)
+            keep = [[r for r in keep[0] if r not in done]]
+        self.serving = [step for step in keep if step]
+        self.stats["reply_wait_s"] += time.perf_counter() - t0
 
     def forward(self, batch: Batch, step: DistStep) -> list[int]:
         def attend(layer, q, k, v):
@@ -231,7 +246,9 @@ class InstanceLoop:
             if peer is None:
                 continue
             pairs = [p for p in self.pairs if i in (p[0], p[3])]
-            works[i] = PartnerWork(self.inst_id, self.plane.spec.address, asks.get(i), pairs, peer.deferred_releases)
+            key = (i, self.plane.spec.address)
+            number = self.num_works[key] = self.num_works.get(key, -1) + 1
+            works[i] = PartnerWork(self.inst_id, key[1], asks.get(i), pairs, peer.deferred_releases, number)
             peer.deferred_releases = []
         return works
 
@@ -303,6 +320,7 @@ class InstanceLoop:
 
     def hold(self) -> None:
         """At the boundary: no control phase runs here until every holder let go; mail is still answered."""
+        self.wait_served()  # what the partners do for this home is done before the holder looks
         self.acknowledge_holds()
         self.snapshot = {**self.snapshot, "state": "held"}
         self.mailbox.wait(self.may_go_on)

@@ -6,6 +6,8 @@ Thread safety: this thread touches only the rBlocks of the home's requests (stor
 plan says) and the blocks of the step's moves; the rManager stays the loop's, so releases of the blocks moved
 out of here go to the loop's mailbox once they have been read.
 """
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -23,6 +25,30 @@ class PartnerWork:
     ask: Ask | None  # attention over the home's rBlocks here; None: this step only moves KV here or from here
     pairs: list[tuple] = field(default_factory=list)  # KV block pairs of the step this partner reads or writes
     releases: list[RBlock] = field(default_factory=list)  # blocks moved out of here: released once read
+    number: int = 0  # the home's works for this partner in this group, counted from 0: served in this order
+
+
+class InTurn:
+    """A partner serves each home's works in the home's order, one at a time: the home sends a step's work without
+    waiting for the previous one to return (Ray runs a threaded actor's calls in any order), and two served steps
+    of one home must not overlap (their data-plane tags are the same, their KV moves build on each other)."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.next: dict[tuple[int, str], int] = {}  # (home, group) -> number of the work whose turn it is
+
+    @contextmanager
+    def turn(self, work: PartnerWork, timeout_s: float):
+        key = (work.home, work.group)
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.next.get(key, 0) >= work.number, timeout_s):
+                raise TimeoutError(f"home {work.home}'s work {self.next.get(key, 0)} never came (waited {timeout_s} s)")
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.next[key] = work.number + 1
+                self.cond.notify_all()
 
 
 def serve(work: PartnerWork, loop) -> float:
