@@ -13,6 +13,7 @@ from reference_impl.dgfm import execute_swap
 from reference_impl.errors import InputError
 from reference_impl.gmanager import GManager, GManagerConfig
 from reference_impl.instance import Backend, Instance
+from reference_impl.knobs import check_knobs
 from reference_impl.memo import Changes, Memo
 from reference_impl.perf_model import PerfModel
 from reference_impl.retrieval import blocks_to_retrieve, main_creditor
@@ -39,12 +40,9 @@ class EngineConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.num_instances < 1 or self.blocks_per_instance < 0 or self.cpu_blocks_per_instance < 0:
-            raise InputError("need at least one instance and non-negative block counts")
-        if self.block_size < 1 or self.max_batch_size < 1 or self.move_chunk_tokens < 1:
-            raise InputError("block size, batch size and move chunk must be >= 1")
-        if self.chunked_prefill_tokens is not None and self.chunked_prefill_tokens < self.block_size:
-            raise InputError(f"chunked prefill needs at least one block of tokens per step ({self.block_size})")
+        check_knobs(self)
+        if self.blocks_per_instance < 0 or self.cpu_blocks_per_instance < 0:
+            raise InputError("block counts must be non-negative")
 
     @property
     def blocks_per_instance_total(self) -> int:
