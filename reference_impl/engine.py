@@ -13,6 +13,7 @@ from reference_impl.dgfm import execute_swap
 from reference_impl.errors import InputError
 from reference_impl.gmanager import GManager, GManagerConfig
 from reference_impl.instance import Backend, Instance
+from reference_impl.knobs import check_knobs
 from reference_impl.memo import Changes, Memo
 from reference_impl.perf_model import PerfModel
 from reference_impl.retrieval import blocks_to_retrieve, main_creditor
@@ -39,16 +40,25 @@ class EngineConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.num_instances < 1 or self.blocks_per_instance < 0 or self.cpu_blocks_per_instance < 0:
-            raise InputError("need at least one instance and non-negative block counts")
-        if self.block_size < 1 or self.max_batch_size < 1 or self.move_chunk_tokens < 1:
-            raise InputError("block size, batch size and move chunk must be >= 1")
-        if self.chunked_prefill_tokens is not None and self.chunked_prefill_tokens < self.block_size:
-            raise InputError(f"chunked prefill needs at least one block of tokens per step ({self.block_size})")
+        check_knobs(self)
+        if self.blocks_per_instance < 0 or self.cpu_blocks_per_instance < 0:
+            raise InputError("block counts must be non-negative")
 
     @property
     def blocks_per_instance_total(self) -> int:
         return self.blocks_per_instance + self.cpu_blocks_per_instance
+
+    def check_fits(self, seq: Sequence) -> None:
+        """Raise InputError when `seq`, prompt and all its new tokens, fits nowhere in this cluster."""
+        need = num_blocks_for(seq.num_tokens + seq.max_new_tokens, self.block_size)
+        room = self.blocks_per_instance_total
+        if self.pooling:
+            room += (self.num_instances - 1) * min(room, self.max_lent_blocks or room)
+        if need > room:
+            raise InputError(f"request {seq.req_id} needs {need} rBlocks of {self.block_size} tokens but "
+                             f"the {'cluster' if self.pooling else 'instance'} has {room}; "
+                             + ("raise --blocks-per-instance or --instances" if self.pooling else
+                                "raise --blocks-per-instance (with --no-pooling a request must fit one instance)"))
 
 
 class Engine:
@@ -96,20 +106,9 @@ class Engine:
         return blocks_to_retrieve(self.gmanager.perf_model, debtor, self.instances[creditor_id], room, held,
                                   self.config.block_size, self.gmanager.config.max_k_evals)
 
-    def check_fits(self, seq: Sequence) -> None:
-        need = num_blocks_for(seq.num_tokens + seq.max_new_tokens, self.config.block_size)
-        room = self.config.blocks_per_instance_total
-        if self.config.pooling:
-            room += (self.config.num_instances - 1) * min(room, self.config.max_lent_blocks or room)
-        if need > room:
-            raise InputError(f"request {seq.req_id} needs {need} rBlocks of {self.config.block_size} tokens but "
-                             f"the {'cluster' if self.config.pooling else 'instance'} has {room}; "
-                             + ("raise --blocks-per-instance or --instances" if self.config.pooling else
-                                "raise --blocks-per-instance (with --no-pooling a request must fit one instance)"))
-
     def add_request(self, seq: Sequence) -> int:
         """Dispatch to the instance with the most free memory (ties: the fewest running); returns its id."""
-        self.check_fits(seq)
+        self.config.check_fits(seq)
         inst = max(self.instances, key=lambda i: (i.rm.num_free - i.scheduler.num_waiting_blocks,
                                                   -len(i.scheduler.running), -i.inst_id))
         inst.scheduler.add(seq)

@@ -37,6 +37,6 @@ def test_relative_links_resolve(page):
 
 def test_readme_is_a_short_guide_with_the_ci_command():
     text = (ROOT / "README.md").read_text()
-    assert len(text) <= 16_000
+    assert len(text) <= 15_000
     assert "make test" in text and "make setup" in text
     assert (ROOT / "docs").is_dir()

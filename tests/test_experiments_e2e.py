@@ -17,7 +17,7 @@ SMALL = {"seeds": "2", "short_requests": "60", "long_requests": "8", "workers": 
 
 def _without_wall_times(x):
     if isinstance(x, dict):
-        return {k: _without_wall_times(v) for k, v in x.items() if k != "sim_wall_s"}
+        return {k: _without_wall_times(v) for k, v in x.items() if k != "wall_s"}
     return [_without_wall_times(v) for v in x] if isinstance(x, list) else x
 
 

@@ -112,7 +112,7 @@ def test_long_commands_show_progress_on_stderr_only(tmp_path, monkeypatch, capsy
 
 
 def _fake_point(task):
-    return {"steady_output_tok_s": task.rate_per_s, "num_finished": 1, "num_requests": 1, "sim_wall_s": 0.0}
+    return {"steady_output_tok_s": task.rate_per_s, "num_finished": 1, "num_requests": 1, "wall_s": 0.0}
 
 
 def test_simulated_points_count_on_a_bar_on_stderr_and_log_on_stdout(monkeypatch, capsys):

@@ -15,7 +15,7 @@ LIMIT_TOK_S = 1000.0
 
 def _point(rate_per_s: float, tok_s: float, seed: int = 0) -> dict:
     return {"system": "s", "rate_per_s": rate_per_s, "seed": seed, "steady_output_tok_s": tok_s,
-            "num_finished": 1, "num_requests": 1, "sim_wall_s": 0.0}
+            "num_finished": 1, "num_requests": 1, "wall_s": 0.0}
 
 
 def _saturating(task: PointTask) -> dict:

@@ -139,7 +139,7 @@ def test_runner_records_map_to_summary():
     assert timed.window_tok_s == pytest.approx((1 + 2) / 1.0)  # steps inside the arrival window [0, 1]
     point = serving_point("vllm-m", 2.0, timed, wall_s=4.5)
     assert point["num_unfinished"] == 0 and point["num_rejected"] == 1 and point["mean_ttft_s"] == pytest.approx(0.35)
-    assert point["output_tok_s"] == pytest.approx(2.0) and point["sim_wall_s"] == 4.5
+    assert point["output_tok_s"] == pytest.approx(2.0) and point["wall_s"] == 4.5
     assert s.total_tok_s == pytest.approx((8 + 14) / 4.0)
     assert s.mean_ttft_ms == pytest.approx((500 + 200) / 2)
     assert s.mean_tpot_ms == pytest.approx((2.0 / 4 + 2.8 / 2) / 2 * 1e3)

@@ -46,7 +46,7 @@ def serve_local(model: LlamaModel, prompts: list[list[int]], max_tokens: list[in
                 arrivals_s: list[float] | None = None) -> LocalRun:
     """Our engine serving the prompts as they arrive on the wall clock (all at t=0 without arrivals).
 
-    A request that fits nowhere (Engine.check_fits) is recorded rejected, like vLLM-M's."""
+    A request that fits nowhere (EngineConfig.check_fits) is recorded rejected, like vLLM-M's."""
     check_prompts(model, prompts)
     arrivals_s = arrivals_s if arrivals_s is not None else [0.0] * len(prompts)
     engine = Engine(config, LocalBackend(model, config))

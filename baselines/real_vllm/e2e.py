@@ -99,7 +99,7 @@ def run_group(config: RealE2EConfig, trace_id: int, model, folder, log) -> dict:
         theirs = serving_point("vllm-m", rate, vrun.summary(), vrun.run_s)
         for p in (ours, theirs):
             log(f"  trace {trace_id} {p['system']:<13} rate {rate:6.2f}/s  {p['output_tok_s']:8.1f} out tok/s  "
-                f"finished {p['num_finished']}/{p['num_requests']}  ({p['sim_wall_s']:.1f} s)")
+                f"finished {p['num_finished']}/{p['num_requests']}  ({p['wall_s']:.1f} s)")
         points += [ours, theirs]
     return {"trace_id": trace_id, "panel": "real-cpu", "model": "tiny-h32", "num_gpus": config.num_instances,
             "num_instances": config.num_instances, "tp": 1, "baseline": "vllm-m",

@@ -57,5 +57,5 @@ def summarize(served: list[ServedRequest], step_end_s: list[float] = (),
 def serving_point(system: str, rate_per_s: float, summary: ServingSummary, wall_s: float, seed: int = 0) -> dict:
     """One point of the serving experiments' schema (repro/schemas/serving.schema.json `point`) from a real run.
 
-    Real vLLM reports no preemptions or KV moves through its API, so those are 0; `sim_wall_s` is the wall time."""
+    Real vLLM reports no preemptions or KV moves through its API, so those are 0; `wall_s` is the wall time."""
     return ServingPoint.of(system, rate_per_s, summary, wall_s=wall_s, seed=seed).to_dict()

@@ -27,7 +27,7 @@ class ServingPoint:
     num_preemptions: int
     num_moved_blocks: int
     idle_waiting_frac: float
-    sim_wall_s: float  # wall time of the run (simulated or real)
+    wall_s: float  # wall time of the run (simulated or real)
     seed: int = 0
     mean_tpot_s: float | None = None
     p99_tpot_s: float | None = None

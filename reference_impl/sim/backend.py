@@ -10,7 +10,7 @@ Model of time:
 - a creditor's fixed cost per debtor step it serves (`served_step_s`, measured on the Ray engine of the machine
   at hand; 0 for the GPU calibrations): added to the creditor's next step and to the debtor's wait.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.engine import Engine, EngineConfig
@@ -145,12 +145,10 @@ class SimBackend:
 
 def build_engine(config: SimConfig, backend: SimBackend) -> Engine:
     """The engine of `config`'s cluster on `backend` (its cost model also feeds the gManager's Algorithm 1)."""
-    engine_config = EngineConfig(
-        num_instances=config.num_instances, blocks_per_instance=blocks_per_instance(config, backend.model),
-        block_size=config.block_size, max_batch_size=config.max_batch_size, pooling=config.pooling,
-        max_lent_blocks=config.max_lent_blocks, move_chunk_tokens=config.move_chunk_tokens,
-        chunked_prefill_tokens=config.chunked_prefill_tokens,
-        gmanager_interval_steps=0, dgfm=config.dgfm, exclusive_roles=config.exclusive_roles, seed=config.seed)
+    shared = {f.name for f in fields(EngineConfig)} & {f.name for f in fields(SimConfig)}
+    engine_config = EngineConfig(**{name: getattr(config, name) for name in shared},
+                                 blocks_per_instance=blocks_per_instance(config, backend.model),
+                                 gmanager_interval_steps=0)  # the simulator runs the gManager's rounds by time
     gm_config = GManagerConfig(block_size=config.block_size,
                                instances_per_node=max(1, 8 // (config.tp * config.pp)),
                                max_k_evals=config.max_k_evals, exclusive_roles=config.exclusive_roles,

@@ -5,6 +5,7 @@ from pathlib import Path
 from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.errors import InputError
+from reference_impl.knobs import check_knobs
 from reference_impl.links import DEFAULT_LINK
 
 
@@ -40,12 +41,7 @@ class SimConfig:
     num_blocks: int | None = None
 
     def __post_init__(self):
-        if self.num_instances < 1:
-            raise InputError(f"need at least one instance (got {self.num_instances})")
-        if self.block_size < 1 or self.max_batch_size < 1 or self.move_chunk_tokens < 1:
-            raise InputError("block size, batch size and move chunk must be >= 1")
-        if self.chunked_prefill_tokens is not None and self.chunked_prefill_tokens < self.block_size:
-            raise InputError(f"chunked prefill needs at least one block of tokens per step ({self.block_size})")
+        check_knobs(self)
         if not self.gmanager_interval_s > 0:
             raise InputError(f"gManager interval must be > 0 s (got {self.gmanager_interval_s})")
         model_spec(self.model)

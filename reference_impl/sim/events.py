@@ -1,5 +1,5 @@
 """The simulator's events (Vidur's shape): each kind handles itself on the simulator and returns the events it
-causes. Arrival: capacity check (Engine.check_fits), dispatch to the most free memory (Engine.add_request).
+causes. Arrival: capacity check (EngineConfig.check_fits), dispatch to the most free memory (Engine.add_request).
 Step: one step of an instance (a KV-move chunk, schedule, the step's cost, postprocess); then a blocked waiting
 request may go to an instance that can admit it, and idle instances take waiting work that fits
 (Engine.redispatch, Engine.fill_idle). Handoff: what the steps of instances that wait for others would do,
@@ -52,7 +52,7 @@ class Arrival(Event):
         r = self.request
         seq = Sequence(r.req_id, PromptIds(r.prompt_len), r.output_len)
         try:
-            sim.engine.check_fits(seq)
+            sim.engine.config.check_fits(seq)
         except InputError:
             sim.arrived(seq, None)
             return []

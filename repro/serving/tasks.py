@@ -77,7 +77,7 @@ def _run_task(task: PointTask) -> dict:
 def _log_point(log, task: PointTask, p: dict) -> None:
     log(f"  {task.label} {task.system:<13} seed {task.seed} rate {task.rate_per_s:9.4g}/s  "
         f"{p['steady_output_tok_s']:9.1f} steady out tok/s  finished {p['num_finished']}/{p['num_requests']}  "
-        f"({p['sim_wall_s']:.1f} s)")
+        f"({p['wall_s']:.1f} s)")
 
 
 @contextmanager
@@ -93,7 +93,7 @@ def point_pool(workers: int):
 
 def run_tasks(tasks: list[PointTask], log, pool=None) -> list[dict]:
     """The points of `tasks`, in order; in `pool` (point_pool) when given, longest first. Each point is a
-    deterministic simulation, so the numbers do not depend on the pool (only sim_wall_s differs). A bar on
+    deterministic simulation, so the numbers do not depend on the pool (only wall_s differs). A bar on
     stderr counts the points done (repro/progress.py)."""
     out = [None] * len(tasks)
     with live_bar(desc="simulated points", total=len(tasks), unit="point") as bar:

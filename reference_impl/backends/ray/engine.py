@@ -22,7 +22,7 @@ from reference_impl.backends.ray.actor import InstanceActor
 from reference_impl.backends.ray.cluster import RayConfig
 from reference_impl.backends.ray.dataplane import GroupSpec
 from reference_impl.backends.ray.gmanager import GManagerActor
-from reference_impl.engine import Engine, EngineConfig
+from reference_impl.engine import EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.gmanager import GManagerConfig
 from reference_impl.model import LlamaModel
@@ -83,7 +83,7 @@ class RayEngine:
     # --- dispatch and results
     def add_request(self, seq: Sequence, inst_id: int | None = None) -> int:
         """Dispatch as `Engine.add_request` (or to `inst_id`); the actor gets a copy, `seq` receives its tokens."""
-        Engine.check_fits(self, seq)
+        self.config.check_fits(seq)
         blocks = num_blocks_for(seq.num_tokens, self.config.block_size)
         if inst_id is None:
             inst_id = max(self.actors, key=lambda i: (self._free_blocks(i), -i))
@@ -187,7 +187,7 @@ class RayEngine:
             if seq.req_id in self.done or seq.req_id in self.failed or seq in orphans:
                 continue
             try:
-                Engine.check_fits(self, seq)
+                self.config.check_fits(seq)
             except InputError as err:
                 self.failed[seq.req_id] = f"instance {', '.join(map(str, dead))} died; {err}"
                 self.undelivered.append(self.actors[self.home_of[seq.req_id]].abort.remote(seq.req_id))
