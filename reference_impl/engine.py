@@ -17,8 +17,6 @@ from reference_impl.knobs import check_knobs
 from reference_impl.memo import Changes, Memo
 from reference_impl.perf_model import PerfModel
 from reference_impl.retrieval import blocks_to_retrieve, main_creditor
-from reference_impl.rmanager import RManager
-from reference_impl.scheduler import Scheduler
 from reference_impl.sequence import Sequence, num_blocks_for
 
 
@@ -61,6 +59,9 @@ class EngineConfig:
                                 "raise --blocks-per-instance (with --no-pooling a request must fit one instance)"))
 
 
+CHUNKED_SIM_ONLY = "chunked prefill runs on the sim backend only; leave --chunked-prefill-tokens unset"
+
+
 class Engine:
     def __init__(self, config: EngineConfig, backend: Backend, *, gmanager_config: GManagerConfig | None = None,
                  perf_model: PerfModel | None = None):
@@ -70,20 +71,14 @@ class Engine:
                                                                    exclusive_roles=config.exclusive_roles), perf_model)
         self.rng = np.random.default_rng(config.seed)
         if config.chunked_prefill_tokens is not None and not getattr(backend, "supports_chunked_prefill", False):
-            raise InputError("chunked prefill runs on the sim backend only; leave --chunked-prefill-tokens unset")
-        recommend = self.recommend if config.pooling else None
+            raise InputError(CHUNKED_SIM_ONLY)
         peers: dict = {}
-        chunk = max(1, config.move_chunk_tokens // config.block_size)
         self.changes = Changes()  # of every rManager and scheduler here: what the memos below are keyed on
         self.instances = []
         for i in range(config.num_instances):
-            rm = RManager(i, config.blocks_per_instance, config.cpu_blocks_per_instance, config.max_lent_blocks, peers,
-                          exclusive_roles=config.exclusive_roles, changes=self.changes)
-            scheduler = Scheduler(rm, config.block_size, config.max_batch_size, recommend,
-                                  chunked_prefill_tokens=config.chunked_prefill_tokens)
-            self.instances.append(Instance(rm, scheduler, chunk))
+            self.instances.append(Instance.build(i, config, self.recommend, peers=peers, changes=self.changes))
             if config.pooling:
-                scheduler.retrieval = partial(self.retrieval_blocks, self.instances[-1])
+                self.instances[-1].scheduler.retrieval = partial(self.retrieval_blocks, self.instances[-1])
         self.rmanagers = peers
         self.num_steps = 0
         self.num_swaps = 0  # DGFM swaps carried out

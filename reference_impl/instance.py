@@ -26,6 +26,16 @@ class Instance:
         self.scheduler = scheduler
         self.move_chunk_blocks = move_chunk_blocks
 
+    @classmethod
+    def build(cls, inst_id: int, config, recommend, *, peers: dict | None = None, changes=None) -> "Instance":
+        """Instance `inst_id` of an EngineConfig `config` (the local engine's and a Ray actor's): its rManager,
+        scheduler (asking `recommend` for creditors when pooling) and KV-move chunk; `peers`/`changes` as RManager's."""
+        rm = RManager(inst_id, config.blocks_per_instance, config.cpu_blocks_per_instance, config.max_lent_blocks,
+                      peers, exclusive_roles=config.exclusive_roles, changes=changes)
+        scheduler = Scheduler(rm, config.block_size, config.max_batch_size, recommend if config.pooling else None,
+                              chunked_prefill_tokens=config.chunked_prefill_tokens)
+        return cls(rm, scheduler, max(1, config.move_chunk_tokens // config.block_size))
+
     @property
     def inst_id(self) -> int:
         return self.rm.inst_id

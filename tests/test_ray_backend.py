@@ -372,3 +372,12 @@ def test_sim_vs_real_pooled_arm_measures_and_predicts_both_systems(tmp_path):
     il = next(r for r in arm["runs"] if r["system"] == "infinite-llm")
     assert il["engine"]["num_served"] > 0  # a creditor served remote MicroAttention for real
     assert arm["measured_max_tput_ratio"] > 0 and arm["predicted_max_tput_ratio"] > 0
+
+
+def test_chunked_prefill_is_refused_with_the_local_engines_message():
+    from reference_impl.engine import CHUNKED_SIM_ONLY
+    from reference_impl.errors import InputError
+
+    with pytest.raises(InputError, match="chunked prefill runs on the sim backend only"):
+        RayEngine(EngineConfig(2, 8, block_size=4, chunked_prefill_tokens=8), MODEL)
+    assert "--chunked-prefill-tokens" in CHUNKED_SIM_ONLY

@@ -22,7 +22,7 @@ from reference_impl.backends.ray.actor import InstanceActor
 from reference_impl.backends.ray.cluster import RayConfig
 from reference_impl.backends.ray.dataplane import GroupSpec
 from reference_impl.backends.ray.gmanager import GManagerActor
-from reference_impl.engine import EngineConfig
+from reference_impl.engine import CHUNKED_SIM_ONLY, EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.gmanager import GManagerConfig
 from reference_impl.model import LlamaModel
@@ -37,6 +37,8 @@ class RayEngine:
 
     def __init__(self, config: EngineConfig, model: LlamaModel, ray_config: RayConfig = RayConfig(), *,
                  gmanager_config: GManagerConfig | None = None, perf_model=None):
+        if config.chunked_prefill_tokens is not None:
+            raise InputError(CHUNKED_SIM_ONLY)
         self.config = config
         self.ray_config = rc = ray_config
         self.mirror: dict[int, Sequence] = {}  # req_id -> the caller's Sequence, tokens mirrored as they come

@@ -31,8 +31,6 @@ from reference_impl.backends.ray.step import DistStep, HomePlan, plan_step
 from reference_impl.dgfm import execute_swap
 from reference_impl.instance import Instance
 from reference_impl.rblock import RBlock
-from reference_impl.rmanager import RManager
-from reference_impl.scheduler import Scheduler
 from reference_impl.sequence import Sequence, Status
 
 # an iteration with nothing to run waits this long on its mailbox (what gives it work, an arrival in its inbox or a
@@ -65,17 +63,14 @@ class InstanceLoop:
                  heartbeat_interval_s: float = 0.0):
         """caches: tier -> (k, v) of this instance; handles: inst_id -> actor handle of every instance;
         heartbeat_interval_s: the least time between two heartbeats (the gManager's rounds need no more)."""
-        c = config
         self.inst_id, self.config, self.model, self.caches, self.device = inst_id, config, model, caches, device
         self.gmanager, self.handles = gmanager, dict(handles)
         self.mailbox = Mailbox()
-        self.rm = RManager(inst_id, c.blocks_per_instance, c.cpu_blocks_per_instance, c.max_lent_blocks,
-                           exclusive_roles=c.exclusive_roles)
+        self.instance = Instance.build(inst_id, config, self.recommend)
+        self.rm, self.scheduler = self.instance.rm, self.instance.scheduler
         for i, handle in sorted(handles.items()):
             if i != inst_id:
                 self.rm.peers[i] = RemoteRManager(i, handle, self.rm, self.wait_ref)
-        self.scheduler = Scheduler(self.rm, c.block_size, c.max_batch_size, self.recommend if c.pooling else None)
-        self.instance = Instance(self.rm, self.scheduler, max(1, c.move_chunk_tokens // c.block_size))
         if hasattr(model, "wait"):  # a device-time model: its device time passes while this loop serves mail
             model.wait = self.mailbox.sleep
         self.plane = None
