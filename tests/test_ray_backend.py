@@ -361,6 +361,8 @@ def test_sim_vs_real_pooled_arm_measures_and_predicts_both_systems(tmp_path):
         ("infinite-llm", True, 2), ("vllm-m", False, 2)}
     assert len(arm["calibrations"]) == 2  # the engines' gManagers', then the rate's (the simulator's)
     assert all(t > 0 for c in arm["calibrations"] for t in c["link_one_way_s"].values())
+    costs = arm["calibrations"][1]  # the Ray engine's, measured in Infinite-LLM's saturation run
+    assert costs["served_step_s"] > 0 and costs["served_cpu_s"] > 0 and costs["peer_call_s"] >= 0
     for run in arm["runs"]:
         for side in ("measured", "predicted"):
             done = run[side]["num_finished"] + run[side]["num_rejected"]

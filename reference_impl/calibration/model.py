@@ -83,9 +83,14 @@ class CalibratedPerfModel:
     query_bytes: float
     result_bytes: float
     step_overhead: StepOverhead | None = None  # measured by `repro profile` on the machine at hand only
-    # a creditor's fixed cost of serving one debtor step (all layers) beyond its MicroAttention's KV reads:
-    # measured on the Ray engine of the machine at hand only (sim-vs-real's pooled arm); 0 elsewhere
+    # Measured on the Ray engine of the machine at hand only (sim-vs-real's pooled arm); 0 elsewhere:
+    # - served_step_s: how long a debtor's step waits for a creditor serving it (all layers, the wall time of the
+    #   creditor's serving thread beyond waiting for the queries: its core is shared with the creditor's own step);
+    # - served_cpu_s: what serving one debtor step costs the creditor's core (None: served_step_s);
+    # - peer_call_s: one control-plane call on a peer's rManager that waits for the reply (sim/peer_calls.py)
     served_step_s: float = 0.0
+    served_cpu_s: float | None = None
+    peer_call_s: float = 0.0
 
     @classmethod
     def for_setting(cls, *, model: str, gpu: str, tp: int = 1, pp: int = 1, link=None,
@@ -133,7 +138,9 @@ class CalibratedPerfModel:
             prefill_attn_s_per_pair=(4 * spec.hidden / tp / prefill_rate) if prefill_rate else 0.0,
             query_bytes=query, result_bytes=query + spec.num_heads // tp * LSE_BYTES,
             step_overhead=StepOverhead.from_json(overhead) if overhead else None,
-            served_step_s=hw.get("served_step_s", {}).get(model, {}).get("s", 0.0))
+            served_step_s=_engine_cost(hw, "served_step_s", model, 0.0),
+            served_cpu_s=_engine_cost(hw, "served_cpu_s", model, None),
+            peer_call_s=_engine_cost(hw, "peer_call_s", model, 0.0))
 
     def layer_time_s(self, load: InstanceLoad) -> float:
         tokens = load.batch_size + load.prefill_tokens
@@ -157,3 +164,7 @@ class CalibratedPerfModel:
     def kv_transfer_s(self, num_tokens: int) -> float:
         """Moving `num_tokens` of KV (all layers) to another instance over `link`, GPU shards in parallel."""
         return self.link.time_s(num_tokens * self.memory.kv_bytes_per_token_per_gpu)
+
+
+def _engine_cost(hw: dict, key: str, model: str, default):
+    return hw.get(key, {}).get(model, {}).get("s", default)

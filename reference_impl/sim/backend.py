@@ -7,8 +7,9 @@ Model of time:
   are (the engine's split causal prefill); a creditor's share is added to its next step. With chunked
   prefill a step carries both: the decode batch and prompt chunks (pairs against the prompt's prefix).
 - KV moves and DGFM swaps: transfer time on the link, overlapped with the source's next step (max of both).
-- a creditor's fixed cost per debtor step it serves (`served_step_s`, measured on the Ray engine of the machine
-  at hand; 0 for the GPU calibrations): added to the creditor's next step and to the debtor's wait.
+- measured on the Ray engine of the machine at hand only (0 for the GPU calibrations): a debtor step waits
+  `served_step_s` for each creditor serving it, whose next step pays `served_cpu_s` for it; each control-plane
+  call an instance makes on a peer that waits for the reply (sim/peer_calls.py) adds `peer_call_s` to its step.
 """
 from dataclasses import dataclass, fields
 
@@ -20,6 +21,7 @@ from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_t
 from reference_impl.sequence import Sequence
 from reference_impl.serving.records import RequestRecord
 from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
+from reference_impl.sim.peer_calls import count_peer_calls
 
 
 @dataclass(slots=True)  # (not frozen: one per step, and a frozen dataclass is slower to build)
@@ -47,6 +49,7 @@ class SimBackend:
         self.num_moved_blocks = 0
         self.owed_s: dict[int, float] = {}  # creditors' share of others' prefill attention, due at their next step
         self.sent_tokens: dict[int, int] = {}  # KV tokens each instance sent, overlapped with its next step
+        self.peer_calls: dict[int, int] = {}  # each instance's waiting calls on peers since its last step
 
     def copy_blocks(self, pairs) -> None:
         for src, _ in pairs:
@@ -83,9 +86,10 @@ class SimBackend:
         prefill_tokens, local_pairs, remote_s, remote_queries = self._prefill_share(rm, chunks, creditors)
         decode_queries, remote_wait_s = self._decode_share(rm, decodes, creditors)
         remote_queries += decode_queries
-        if creditors and model.served_step_s:  # each creditor's fixed cost of serving this step: on its next
-            for inst_id in creditors:           # step (its core) and on this one's critical path, every layer
-                self.owed_s[inst_id] = self.owed_s.get(inst_id, 0.0) + model.served_step_s
+        if creditors and model.served_step_s:  # each creditor serving this step: on its next step (its core)
+            served_cpu_s = model.served_step_s if model.served_cpu_s is None else model.served_cpu_s
+            for inst_id in creditors:           # and on this one's critical path, every layer
+                self.owed_s[inst_id] = self.owed_s.get(inst_id, 0.0) + served_cpu_s
             remote_wait_s += model.served_step_s
         load = InstanceLoad(batch_size=len(decodes), attn_kv_tokens=rm.pool.num_used * bs if decodes else 0,
                             num_remote_queries=remote_queries, prefill_tokens=prefill_tokens,
@@ -93,7 +97,7 @@ class SimBackend:
         compute_s = step_time_s(model, load) if prefill_tokens or decodes else 0.0
         local_attn_s = model.num_layers * local_pairs * model.prefill_attn_s_per_pair
         compute_s += max(0.0, remote_s - local_attn_s, remote_wait_s)  # waits for the slowest creditor
-        compute_s += self.owed_s.pop(rm.inst_id, 0.0)
+        compute_s += self.owed_s.pop(rm.inst_id, 0.0) + model.peer_call_s * self.peer_calls.pop(rm.inst_id, 0)
         moved_tokens = self.sent_tokens.pop(rm.inst_id, 0)
         return StepCost(max(compute_s, model.kv_transfer_s(moved_tokens)), num_tokens, moved_tokens)
 
@@ -153,4 +157,7 @@ def build_engine(config: SimConfig, backend: SimBackend) -> Engine:
                                instances_per_node=max(1, 8 // (config.tp * config.pp)),
                                max_k_evals=config.max_k_evals, exclusive_roles=config.exclusive_roles,
                                num_candidates=config.num_candidates or config.num_instances)
-    return Engine(engine_config, backend, gmanager_config=gm_config, perf_model=backend.model)
+    engine = Engine(engine_config, backend, gmanager_config=gm_config, perf_model=backend.model)
+    if backend.model.peer_call_s:
+        count_peer_calls(engine.instances, backend.peer_calls)
+    return engine

@@ -51,10 +51,11 @@ def add_measured_link(path: Path) -> dict:
     return dict(zip(map(str, sizes), times_s))
 
 
-def add_served_step(path: Path, model: str, seconds: float, source: str) -> None:
-    """Add a creditor's measured cost of serving one debtor step (CalibratedPerfModel.served_step_s) to the
-    calibration at `path`."""
+def add_engine_costs(path: Path, model: str, costs: dict[str, float], source: str) -> None:
+    """Add what the Ray engine of this machine measured (CalibratedPerfModel.served_step_s, served_cpu_s,
+    peer_call_s) to the calibration at `path`."""
     doc = json.loads(path.read_text())
     (hardware,) = doc["hardware"].values()
-    hardware["served_step_s"] = {model: {"s": seconds, "source": source}}
+    for key, seconds in costs.items():
+        hardware[key] = {model: {"s": seconds, "source": source}}
     path.write_text(dumps(doc))

@@ -10,9 +10,11 @@ instance, so the requests above it outgrow one. Rates: multiples of the higher o
 rates, each measured first by serving every request at once. Clock: the wall clock (the instances are processes
 of their own). Calibration, taken before each rate: `repro profile` of one core in CPU time (the layers, the
 attention kernel, the engine's step overhead) and the gloo link between two processes (calibration/profile_link.py),
-the link the simulator's remote MicroAttention and KV moves travel; and, from Infinite-LLM's saturation run, a
-creditor's fixed cost per debtor step it serves (the Ray engine's served path: its step setup and per-layer calls
-beyond the KV reads), which the simulator adds to the creditor's next step and to the debtor's wait. On a shared
+the link the simulator's remote MicroAttention and KV moves travel; and, from Infinite-LLM's saturation run, what
+the Ray engine's pooling costs beyond the KV reads and the link: how long a debtor step waits for a creditor
+serving it (the serving thread's wall time, its core shared with the creditor's own step), what that costs the
+creditor's core (its CPU time), and one control-plane call on a peer that waits for the reply (reservations,
+reserved blocks, reclaim asks), which the simulator charges per call its control plane makes. On a shared
 machine the wall-clock runs are slower than a CPU-time calibration predicts by what the load takes: the load
 average is kept before and after every run.
 """
@@ -24,7 +26,7 @@ import numpy as np
 from reference_impl.serving.records import REJECTED
 from repro.load import load_1m
 from repro.progress import progress
-from repro.sim_vs_real.calibration import add_measured_link, add_served_step, calibrate, calibration_record
+from repro.sim_vs_real.calibration import add_engine_costs, add_measured_link, calibrate, calibration_record
 from repro.sim_vs_real.points import make_points, run_summary
 
 SYSTEMS = ("infinite-llm", "vllm-m")
@@ -114,15 +116,14 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
     burst = make_requests(float("inf"))
     calibrations = []
 
-    def calibrated(repeat: int, rate: float, served_step_s: float = 0.0) -> Path:
+    def calibrated(repeat: int, rate: float, engine_costs: dict | None = None) -> Path:
         torch.set_num_threads(1)  # as each instance's actor runs (REPRO_RAY_TORCH_THREADS)
         path = calibrate(spec, torch.device("cpu"), torch.float32, seed, burst, setup.max_batch_size, CALIBRATION_CLOCK,
                          quick, folder, len(calibrations))
         link_s = add_measured_link(path)
-        add_served_step(path, spec.name, served_step_s, "Infinite-LLM's saturation run of this arm (Ray engine)")
+        add_engine_costs(path, spec.name, engine_costs or {}, "Infinite-LLM's saturation run of this arm (Ray engine)")
         calibrations.append({"system": "pooled", "repeat": repeat, "rate_per_s": rate,
-                             **calibration_record(path, load_1m()), "link_one_way_s": link_s,
-                             "served_step_s": served_step_s})
+                             **calibration_record(path, load_1m()), "link_one_way_s": link_s, **(engine_costs or {})})
         return path
 
     # the engines' gManagers run Algorithm 1 on this machine's cost model (the first calibration), as the simulated
@@ -140,8 +141,12 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
             summary, engine = measure(system, burst)
             saturation[system] = {"output_tok_s": summary["output_tok_s"],
                                   "rate_per_s": summary["num_finished"] / summary["makespan_s"], "engine": engine}
-        # a creditor's cost per debtor step it serves, measured in Infinite-LLM's saturation run (none served: 0)
-        served_step_s = saturation[SYSTEMS[0]]["engine"]["serve_ms"] / 1e3
+        # measured in Infinite-LLM's saturation run (none served, no call: 0): a creditor serving a debtor step,
+        # on the wall clock (the debtor's wait) and in the serving thread's CPU time (the creditor's core), and
+        # one control-plane call on a peer that waits for its reply
+        measured = saturation[SYSTEMS[0]]["engine"]
+        engine_costs = {"served_step_s": measured["serve_ms"] / 1e3, "served_cpu_s": measured["serve_cpu_ms"] / 1e3,
+                        "peer_call_s": measured["peer_call_each_ms"] / 1e3}
         top = max(s["rate_per_s"] for s in saturation.values())
         rates = rates or tuple(float(f"{top * m:.3g}") for m in multipliers)
         log(f"  pooled arm, {setup.num_instances} Ray instances of {setup.blocks_per_instance} rBlocks: saturation "
@@ -151,7 +156,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
         for repeat, rate in progress([(k, r) for k in range(repeats) for r in rates], desc="pooled arm", unit="rate"):
             requests = make_requests(rate)
             base = sim_config(configs[SYSTEMS[0]], gm_config, setup, spec.name,
-                              calibrated(repeat, rate, served_step_s))
+                              calibrated(repeat, rate, engine_costs))
             for system in SYSTEMS:
                 load_before = load_1m()
                 measured, stats = measure(system, requests)

@@ -50,12 +50,13 @@ class Batch:
 
 
 STAT_KEYS = ("num_steps", "num_moves_accepted", "num_moves_refused", "num_full_heartbeats", "num_gmanager_restarts",
-             "num_swaps", "num_copied_blocks", "num_partner_calls", "num_served")
+             "num_swaps", "num_copied_blocks", "num_partner_calls", "num_served", "num_peer_calls")
 # serve_compute_s: a creditor's time serving its debtors' steps (MicroAttention, KV stores), waits excluded, on the
 # wall clock (serve_cpu_s: the serving thread's CPU time); reply_wait_s: a home's wait for its partners' calls of
-# an earlier step to return (part of messaging_s)
+# an earlier step to return (part of messaging_s); peer_call_s: the control phase's calls on peers' rManagers that
+# wait for a reply (num_peer_calls of them; part of messaging_s)
 TIME_KEYS = ("step_s", "control_s", "compute_s", "wait_s", "messaging_s", "serve_compute_s", "serve_cpu_s",
-             "reply_wait_s")
+             "reply_wait_s", "peer_call_s")
 
 
 class InstanceLoop:
@@ -66,11 +67,12 @@ class InstanceLoop:
         self.inst_id, self.config, self.model, self.caches, self.device = inst_id, config, model, caches, device
         self.gmanager, self.handles = gmanager, dict(handles)
         self.mailbox = Mailbox()
+        self.stats = {**dict.fromkeys(STAT_KEYS, 0), **dict.fromkeys(TIME_KEYS, 0.0)}
         self.instance = Instance.build(inst_id, config, self.recommend)
         self.rm, self.scheduler = self.instance.rm, self.instance.scheduler
         for i, handle in sorted(handles.items()):
             if i != inst_id:
-                self.rm.peers[i] = RemoteRManager(i, handle, self.rm, self.wait_ref)
+                self.rm.peers[i] = RemoteRManager(i, handle, self.rm, self.wait_ref, self.stats)
         if hasattr(model, "wait"):  # a device-time model: its device time passes while this loop serves mail
             model.wait = self.mailbox.sleep
         self.plane = None
@@ -86,7 +88,6 @@ class InstanceLoop:
         self.holds: list[threading.Event] = []  # hold requests to acknowledge at the next iteration boundary
         self.held_by: set = set()
         self.snapshot = {"state": "starting"}
-        self.stats = {**dict.fromkeys(STAT_KEYS, 0), **dict.fromkeys(TIME_KEYS, 0.0)}
         self.hb_future, self.gm_boot, self.full_heartbeat = None, None, True
         self.heartbeat_interval_s, self.next_heartbeat_s = heartbeat_interval_s, 0.0
         self.hint: list[int] = []  # the gManager's creditor candidates for this instance, from its last reply

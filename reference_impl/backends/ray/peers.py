@@ -11,6 +11,7 @@ Calls that clean up on a peer (release, cancel a reservation) or ask it for room
 is dead: its blocks are gone with it, and the driver's recovery recomputes the requests that had KV there.
 """
 import itertools
+import time
 
 import ray
 from ray.exceptions import RayActorError
@@ -55,9 +56,11 @@ class RemoteTables:
 
 
 class RemoteRManager:
-    def __init__(self, inst_id: int, handle, me, wait_ref):
-        """me: this instance's RManager (the sender); wait_ref(ref): its loop's way to wait for a reply."""
+    def __init__(self, inst_id: int, handle, me, wait_ref, stats: dict | None = None):
+        """me: this instance's RManager (the sender); wait_ref(ref): its loop's way to wait for a reply; stats: its
+        loop's counters, where each call with a reply adds to num_peer_calls and peer_call_s."""
         self.inst_id, self.handle, self.me, self.wait_ref = inst_id, handle, me, wait_ref
+        self.stats = {} if stats is None else stats
         self.tables = RemoteTables(self)
         self.seq = itertools.count()
         self.view_lendable = 0  # the gManager's last view of this peer, minus reservations made here since
@@ -72,12 +75,16 @@ class RemoteRManager:
 
     def ask(self, method: str, *args, default=_DEAD):
         """Call `method` on the peer's rManager and wait for the answer (`default` when the peer is dead)."""
+        t0 = time.perf_counter()
         try:
             return self.wait_ref(self.handle.rm_call.remote(self.me.inst_id, next(self.seq), method, *args))
         except RayActorError:
             if default is _DEAD:
                 raise
             return default
+        finally:
+            self.stats["num_peer_calls"] = self.stats.get("num_peer_calls", 0) + 1
+            self.stats["peer_call_s"] = self.stats.get("peer_call_s", 0.0) + time.perf_counter() - t0
 
     # --- what admission and creditor choice read
     @property

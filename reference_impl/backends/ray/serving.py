@@ -74,7 +74,11 @@ def instance_stats(stats: dict[int, dict]) -> dict:
             "step_ms": per_step("step_s"), "control_ms": per_step("control_s"), "compute_ms": per_step("compute_s"),
             "wait_ms": per_step("wait_s"), "messaging_ms": per_step("messaging_s"),
             "num_served": served,
-            "reply_wait_ms": per_step("reply_wait_s"),
+            "reply_wait_ms": per_step("reply_wait_s"), "peer_call_ms": per_step("peer_call_s"),
+            "num_peer_calls": sum(s["num_peer_calls"] for s in stats.values()),
+            "peer_call_each_ms": 1e3 * sum(s["peer_call_s"] for s in stats.values())
+            / max(1, sum(s["num_peer_calls"] for s in stats.values())),
+            "num_partner_calls": sum(s["num_partner_calls"] for s in stats.values()),
             "serve_ms": 1e3 * sum(s["serve_compute_s"] for s in stats.values()) / max(1, served),
             "serve_cpu_ms": 1e3 * sum(s["serve_cpu_s"] for s in stats.values()) / max(1, served),
             "num_moves_accepted": sum(s["num_moves_accepted"] for s in stats.values()),
