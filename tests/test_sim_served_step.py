@@ -61,6 +61,7 @@ def test_each_waiting_peer_call_costs_its_caller_and_none_without_pooling(tmp_pa
     base, slow = run(calibration(tmp_path)), run(calibration(tmp_path, peer_call_s=0.01))
     # borrowing at admission or per decode block asks the creditor (reservation, then the reserved blocks)
     assert slow.requests[0].finish_s >= base.requests[0].finish_s + 2 * 0.01
+    assert slow.num_peer_calls >= 2 and base.num_peer_calls == 0  # counted only where they cost time
     unpooled = [run(calibration(tmp_path, peer_call_s=s), pooling=False, prompt_len=60) for s in (None, 0.01)]
     assert summary(unpooled[0]) == summary(unpooled[1])
 

@@ -50,6 +50,7 @@ class SimBackend:
         self.owed_s: dict[int, float] = {}  # creditors' share of others' prefill attention, due at their next step
         self.sent_tokens: dict[int, int] = {}  # KV tokens each instance sent, overlapped with its next step
         self.peer_calls: dict[int, int] = {}  # each instance's waiting calls on peers since its last step
+        self.num_peer_calls = 0
 
     def copy_blocks(self, pairs) -> None:
         for src, _ in pairs:
@@ -97,7 +98,9 @@ class SimBackend:
         compute_s = step_time_s(model, load) if prefill_tokens or decodes else 0.0
         local_attn_s = model.num_layers * local_pairs * model.prefill_attn_s_per_pair
         compute_s += max(0.0, remote_s - local_attn_s, remote_wait_s)  # waits for the slowest creditor
-        compute_s += self.owed_s.pop(rm.inst_id, 0.0) + model.peer_call_s * self.peer_calls.pop(rm.inst_id, 0)
+        calls = self.peer_calls.pop(rm.inst_id, 0)
+        self.num_peer_calls += calls
+        compute_s += self.owed_s.pop(rm.inst_id, 0.0) + model.peer_call_s * calls
         moved_tokens = self.sent_tokens.pop(rm.inst_id, 0)
         return StepCost(max(compute_s, model.kv_transfer_s(moved_tokens)), num_tokens, moved_tokens)
 

@@ -88,6 +88,7 @@ class Simulator:
             if record.status != FINISHED and record.req_id in self.seqs:
                 record.num_preemptions = self.seqs[record.req_id].num_preemptions
         self.result.num_moved_blocks = self.backend.num_moved_blocks
+        self.result.num_peer_calls = self.backend.num_peer_calls
         self.result.idle_waiting_frac = self.idle_waiting_frac()
         return self.result
 

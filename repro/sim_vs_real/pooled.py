@@ -53,6 +53,7 @@ def _sim_counts(result) -> dict:
     for inst in result.step_inst:
         steps[str(inst)] = steps.get(str(inst), 0) + 1
     return {"num_steps": dict(sorted(steps.items())), "num_moved_blocks": result.num_moved_blocks,
+            "num_peer_calls": result.num_peer_calls,
             "num_preemptions": sum(r.num_preemptions for r in result.requests),
             "num_rejected": sum(r.status == REJECTED for r in result.requests)}
 
