@@ -1,6 +1,7 @@
 """The systems compared in the experiments, as policies over one cluster config (a dict that feeds click.Choice)."""
 from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.errors import InputError
+from reference_impl.sim.baselines import vllm_m, vllm_s
 from reference_impl.sim.config import SimConfig, perf_model
 
 
@@ -8,17 +9,7 @@ def infinite_llm(config: SimConfig) -> SimConfig:
     return config
 
 
-def _vllm_m(config: SimConfig) -> SimConfig:
-    from reference_impl.sim.baselines import vllm_m
-    return vllm_m(config)
-
-
-def _vllm_s(config: SimConfig) -> SimConfig:
-    from reference_impl.sim.baselines import vllm_s
-    return vllm_s(config)
-
-
-SYSTEMS = {"infinite-llm": infinite_llm, "vllm-m": _vllm_m, "vllm-s": _vllm_s}
+SYSTEMS = {"infinite-llm": infinite_llm, "vllm-m": vllm_m, "vllm-s": vllm_s}
 
 KV_SHARE_MIN = 0.5  # an instance is "appropriate" when at least this share of its usable memory holds KV
 
