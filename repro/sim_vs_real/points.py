@@ -124,7 +124,7 @@ def draw_points(points: list[dict], metrics=METRICS):
     for p in points:
         for metric in metrics:
             for side in ("measured", "predicted"):
-                if p[f"{side}_{metric}"] is not None:
+                if p.get(f"{side}_{metric}") is not None:  # (runs before a metric was recorded lack it)
                     rows.append({"system": p["system"], "rate_per_s": p["rate_per_s"], "metric": metric,
                                  "side": side, "value": p[f"{side}_{metric}"],
                                  "low": p[f"{side}_{metric}_min"], "high": p[f"{side}_{metric}_max"]})
@@ -158,12 +158,15 @@ def plot(results, figures_dir) -> list[str]:
                  f"measured dark, predicted light), load average {data['machine']['loadavg_1m_median']:.1f} on "
                  f"{data['machine']['cpu_count']} cores", fontsize=9)
     written = save(fig, figures_dir, "sim-vs-real")
-    arm = data.get("pooled_arm")
-    if arm:
+    # the pooled figure: the main run's arm, else the last run that has one (a --quick run may be the only one)
+    with_arm = [r["data"] for r in results if "pooled_arm" in r["data"]]
+    if "pooled_arm" in data or with_arm:
+        data = data if "pooled_arm" in data else with_arm[-1]
+        arm = data["pooled_arm"]
         fig = draw_points(arm["points"], ("output_tok_s", "mean_latency_s", "mean_tpot_s"))
         fig.suptitle(f"simulator vs real pooled cluster: {arm['setup']['num_instances']} Ray instances of "
                      f"{arm['instance_tokens']} KV tokens, trace {data['trace_id']} scaled (its "
-                     f"{arm['long_quantile']:g} quantile fills an instance), wall clock; max-throughput ratio "
+                     f"{arm['long_quantile']:g} quantile fills an instance), wall clock;\nmax-throughput ratio "
                      f"Infinite-LLM / vLLM-M measured {_fmt(arm['measured_max_tput_ratio'])}, predicted "
                      f"{_fmt(arm['predicted_max_tput_ratio'])}; load average {arm['loadavg_1m']['median']:.1f}",
                      fontsize=9)
