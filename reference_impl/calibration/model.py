@@ -86,10 +86,10 @@ class CalibratedPerfModel:
     # Measured on the Ray engine of the machine at hand only (sim-vs-real's pooled arm); 0 elsewhere:
     # - served_step_s: how long a debtor's step waits for a creditor serving it (all layers, the wall time of the
     #   creditor's serving thread beyond waiting for the queries: its core is shared with the creditor's own step);
-    # - served_cpu_s: what serving one debtor step costs the creditor's core (None: served_step_s);
+    # - served_cpu_s: what serving one debtor step costs the creditor's core (a calibration without it: served_step_s);
     # - peer_call_s: one control-plane call on a peer's rManager that waits for the reply (sim/peer_calls.py)
     served_step_s: float = 0.0
-    served_cpu_s: float | None = None
+    served_cpu_s: float = 0.0
     peer_call_s: float = 0.0
 
     @classmethod
@@ -129,6 +129,7 @@ class CalibratedPerfModel:
         kv_per_layer = 2 * spec.kv_heads_per_gpu(tp) * spec.head_dim * dtype
         overhead = hw.get("step_overhead_s", {}).get(model)
         query = spec.hidden // tp * dtype
+        served_step_s = _engine_cost(hw, "served_step_s", model, 0.0)
         return cls(
             num_layers=spec.num_layers, model=model, gpu=gpu, tp=tp, pp=pp, memory=memory,
             non_attention=Curve.from_json(per_tp[str(tp)]), all_reduce=all_reduce,
@@ -138,8 +139,7 @@ class CalibratedPerfModel:
             prefill_attn_s_per_pair=(4 * spec.hidden / tp / prefill_rate) if prefill_rate else 0.0,
             query_bytes=query, result_bytes=query + spec.num_heads // tp * LSE_BYTES,
             step_overhead=StepOverhead.from_json(overhead) if overhead else None,
-            served_step_s=_engine_cost(hw, "served_step_s", model, 0.0),
-            served_cpu_s=_engine_cost(hw, "served_cpu_s", model, None),
+            served_step_s=served_step_s, served_cpu_s=_engine_cost(hw, "served_cpu_s", model, served_step_s),
             peer_call_s=_engine_cost(hw, "peer_call_s", model, 0.0))
 
     def layer_time_s(self, load: InstanceLoad) -> float:

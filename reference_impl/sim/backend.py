@@ -88,9 +88,8 @@ class SimBackend:
         decode_queries, remote_wait_s = self._decode_share(rm, decodes, creditors)
         remote_queries += decode_queries
         if creditors and model.served_step_s:  # each creditor serving this step: on its next step (its core)
-            served_cpu_s = model.served_step_s if model.served_cpu_s is None else model.served_cpu_s
             for inst_id in creditors:           # and on this one's critical path, every layer
-                self.owed_s[inst_id] = self.owed_s.get(inst_id, 0.0) + served_cpu_s
+                self.owed_s[inst_id] = self.owed_s.get(inst_id, 0.0) + model.served_cpu_s
             remote_wait_s += model.served_step_s
         load = InstanceLoad(batch_size=len(decodes), attn_kv_tokens=rm.pool.num_used * bs if decodes else 0,
                             num_remote_queries=remote_queries, prefill_tokens=prefill_tokens,

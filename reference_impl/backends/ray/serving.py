@@ -67,23 +67,16 @@ def _counters(engine: RayEngine) -> dict[int, dict]:
 
 def instance_stats(stats: dict[int, dict]) -> dict:
     """Per-step means over the instances' loops (ms) and the counts the comparison reads."""
-    steps = sum(s["num_steps"] for s in stats.values())
-    per_step = lambda key: 1e3 * sum(s[key] for s in stats.values()) / max(1, steps)  # noqa: E731
-    served = sum(s["num_served"] for s in stats.values())
+    total = lambda key: sum(s[key] for s in stats.values())  # noqa: E731
+    per = lambda key, count: 1e3 * total(key) / max(1, count)  # noqa: E731
+    steps, served, calls = total("num_steps"), total("num_served"), total("num_peer_calls")
     return {"num_steps": {str(i): s["num_steps"] for i, s in sorted(stats.items())},  # per instance
-            "step_ms": per_step("step_s"), "control_ms": per_step("control_s"), "compute_ms": per_step("compute_s"),
-            "wait_ms": per_step("wait_s"), "messaging_ms": per_step("messaging_s"),
-            "num_served": served,
-            "reply_wait_ms": per_step("reply_wait_s"), "peer_call_ms": per_step("peer_call_s"),
-            "num_peer_calls": sum(s["num_peer_calls"] for s in stats.values()),
-            "peer_call_each_ms": 1e3 * sum(s["peer_call_s"] for s in stats.values())
-            / max(1, sum(s["num_peer_calls"] for s in stats.values())),
-            "num_partner_calls": sum(s["num_partner_calls"] for s in stats.values()),
-            "serve_ms": 1e3 * sum(s["serve_compute_s"] for s in stats.values()) / max(1, served),
-            "serve_cpu_ms": 1e3 * sum(s["serve_cpu_s"] for s in stats.values()) / max(1, served),
-            "num_moves_accepted": sum(s["num_moves_accepted"] for s in stats.values()),
-            "num_moves_refused": sum(s["num_moves_refused"] for s in stats.values()),
-            "num_copied_blocks": sum(s["num_copied_blocks"] for s in stats.values())}
+            **{f"{key[:-2]}_ms": per(key, steps) for key in ("step_s", "control_s", "compute_s", "wait_s",
+                                                             "messaging_s", "reply_wait_s", "peer_call_s")},
+            "num_served": served, "num_peer_calls": calls, "peer_call_each_ms": per("peer_call_s", calls),
+            "num_partner_calls": total("num_partner_calls"),
+            "serve_ms": per("serve_compute_s", served), "serve_cpu_ms": per("serve_cpu_s", served),
+            **{key: total(key) for key in ("num_moves_accepted", "num_moves_refused", "num_copied_blocks")}}
 
 
 class RayServer:
