@@ -39,6 +39,7 @@ from reference_impl.sim.systems import system_config
 CALIBRATED_PREFILL_TFLOPS = 190  # reference_impl/calibration/specs.json (FlashAttention-2 on A100)
 LONG_QUANTILE = 0.9
 CHUNK_TOKENS = 512
+ARM_EXTENSIONS = 3  # the plateau rule's doublings per climb here: 1080 single-seed climbs (the curves take 6)
 ARMS = {  # input -> ((label, value), ...); the default value of each input is one of its arms
     "prefill_tflops": ((43.5, "DistServe fit"), (144, "H100 measured x 312/989"), (190, "FlashAttention-2 A100"),
                        (230, "FlashAttention-2 A100, high")),
@@ -147,7 +148,8 @@ def run(params, log) -> dict:
             find_saturation(distinct, seed, log, pool)
             probes = [{s: list(g.probe_points.get(s, [])) for s in g.systems} for g in distinct]
             extend_to_plateau([Climb(g.probe_points[s], partial(_probe_tasks, g, s, seed))
-                               for g in distinct for s in g.systems if s in g.probe_points], log, pool)
+                               for g in distinct for s in g.systems if s in g.probe_points], log, pool,
+                              max_extensions=ARM_EXTENSIONS)
             for g, before in zip(distinct, probes):
                 g.info["_probe_points"] = before
             per_seed.append([fresh[runs[i]] for i in range(len(arms))])

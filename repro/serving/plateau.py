@@ -3,7 +3,7 @@
 A system's curve (its points over rates and seeds) has reached its plateau when the median over seeds of the
 steady-state output rate at its highest rate is within PLATEAU_TOL of the median at its second-highest rate.
 A curve that has not is extended: its top rate times PLATEAU_GROWTH runs with every seed, up to
-MAX_EXTENSIONS times. Max throughput is then, per seed, the highest steady-state output rate of the curve
+MAX_EXTENSIONS times (a caller may allow fewer: the sensitivity study's 1080 single-seed climbs keep 3). Max throughput is then, per seed, the highest steady-state output rate of the curve
 (docs/max-throughput.md). Past saturation a queue builds and the batch keeps filling towards its memory or
 batch-cap limit as the rate rises, so a grid that stops just past saturation under-reads each system by its
 own amount; doubling the rate until two agree reads both at their limit.
@@ -16,7 +16,9 @@ from repro.serving.tasks import run_tasks
 
 PLATEAU_TOL = 0.05
 PLATEAU_GROWTH = 2.0
-MAX_EXTENSIONS = 3
+# Past about 8x the grid's top the points are near-bursts (cheap: the run is short) whose medians over 3 seeds
+# still move by up to 10-20% from one rate to the next; 6 doublings let such a tail settle (docs/max-throughput.md)
+MAX_EXTENSIONS = 6
 
 
 def median_by_rate(points: list[dict], key: str = "steady_output_tok_s") -> list[tuple[float, float]]:
@@ -57,10 +59,10 @@ class Climb:
         return max(p["rate_per_s"] for p in self.points)
 
 
-def extend_to_plateau(climbs: list[Climb], log, pool=None) -> None:
+def extend_to_plateau(climbs: list[Climb], log, pool=None, max_extensions: int = MAX_EXTENSIONS) -> None:
     """Extend every climb whose curve has not reached its plateau (module docstring), all climbs' further
-    rates in one pool round per extension."""
-    for _ in range(MAX_EXTENSIONS):
+    rates in one pool round per extension, at most `max_extensions` times."""
+    for _ in range(max_extensions):
         todo = [c for c in climbs if not reaches_plateau(c.points)
                 and any(p["steady_output_tok_s"] > 0 for p in c.points)]
         if not todo:
