@@ -125,24 +125,31 @@ class KVMoves:
         pairs = []
         moved = set()  # (req_id, index): a block moves at most once per chunk, so copies never chain
         for move in list(self.moves):
+            dst_rm = self.peers[move.dst_inst]
             while budget and move.num_blocks:
-                if not self.peers[move.dst_inst].num_reserved_for(move.req_id):
+                reserved = dst_rm.num_reserved_for(move.req_id)
+                if not reserved:
                     move.num_blocks = 0  # the destination reclaimed the room: the move ends here
                     break
-                index = self._next_movable(move, moved)
-                if index is None:
+                indices = []  # this chunk's blocks of the move, taken from the destination in one call
+                while len(indices) < min(budget, move.num_blocks, reserved):
+                    index = self._next_movable(move, moved)
+                    if index is None:
+                        break
+                    indices.append(index)
+                    moved.add((move.req_id, index))
+                if not indices:
                     break
-                taken = self.peers[move.dst_inst].take_reserved(move.req_id)
-                if not taken:  # a peer in another process took the room back since this instance last heard
+                taken = dst_rm.take_reserved(move.req_id, len(indices))
+                for index, dst in zip(indices, taken):
+                    pairs.append((self.tables[move.req_id][index], dst))
+                    self.set_block(move.req_id, index, dst)
+                move.num_blocks -= len(taken)
+                budget -= len(taken)
+                if len(taken) < len(indices):  # a peer in another process took room back since this one last heard
+                    moved.difference_update((move.req_id, i) for i in indices[len(taken):])
                     move.num_blocks = 0
                     break
-                moved.add((move.req_id, index))
-                src = self.tables[move.req_id][index]
-                dst = taken[0]
-                pairs.append((src, dst))
-                self.set_block(move.req_id, index, dst)
-                move.num_blocks -= 1
-                budget -= 1
             if not move.num_blocks or not self._num_movable(move.req_id, move.src_inst):
                 self.peers[move.dst_inst].cancel_reservation(move.req_id, move.num_blocks)
                 self._drop_move(move)

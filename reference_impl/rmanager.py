@@ -206,6 +206,11 @@ class RManager(KVMoves):
         self._reserve(req_id, -num_blocks)
         return self._alloc_run(req_id, num_blocks)
 
+    def borrow(self, req_id: int, num_blocks: int) -> list[RBlock]:
+        """try_move_kvcache and take_reserved in one: `num_blocks` blocks for `req_id` now, or none when short of
+        space (one message from a home in another process instead of two)."""
+        return self.take_reserved(req_id, num_blocks) if self.try_move_kvcache(req_id, num_blocks) else []
+
     def num_reserved_for(self, req_id: int) -> int:
         return self.reserved.get(req_id, 0)
 
@@ -278,8 +283,7 @@ class RManager(KVMoves):
         table = self.tables[req_id]
         tail = [table[-1].inst_id] if table and table[-1].inst_id != self.inst_id else []
         for inst_id in tail + self._creditors(1, recommend, tuple(tail)):
-            # (a peer in another process may take the room back between the two calls: then none is taken)
-            if self.peers[inst_id].try_move_kvcache(req_id, 1) and (taken := self.peers[inst_id].take_reserved(req_id)):
+            if taken := self.peers[inst_id].borrow(req_id, 1):
                 return taken[0]
         return None
 
@@ -328,7 +332,7 @@ class RManager(KVMoves):
         for inst_id in self._creditors(missing, recommend, fresh=must_spill):
             rm = self.peers[inst_id]
             size = min(missing, rm.num_lendable)
-            if size > 0 and rm.try_move_kvcache(req_id, size) and (taken := rm.take_reserved(req_id, size)):
+            if size > 0 and (taken := rm.borrow(req_id, size)):
                 self._append(req_id, taken)
                 return len(taken)
         return 0

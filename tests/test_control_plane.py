@@ -298,3 +298,60 @@ def test_admissible_room_reads_a_peer_in_another_process_afresh():
     assert rm.num_admissible(pooled=True) == 9
     local = RManager(2, 3, peers=peers)
     assert rm.num_admissible(pooled=True) == 12 and local.num_admissible(pooled=True) == 3 + 4 + 5
+
+
+class CountingTakes:
+    """Peer rManager `rm` whose take_reserved calls are counted; `short` blocks fewer than asked are handed out
+    once (a peer in another process that took room back since the home last heard)."""
+
+    def __init__(self, rm, short=0):
+        self.rm, self.calls, self.short = rm, [], short
+
+    def __getattr__(self, name):
+        return getattr(self.rm, name)
+
+    def take_reserved(self, req_id, num_blocks=1):
+        self.calls.append(num_blocks)
+        give, self.short = num_blocks - self.short, 0
+        self.rm.cancel_reservation(req_id, num_blocks - give)
+        return self.rm.take_reserved(req_id, give) if give > 0 else []
+
+
+def test_a_chunk_of_a_move_takes_its_blocks_from_the_destination_in_one_call():
+    rms, gm = make_cluster([8, 8, 8], cap=8)
+    dst = CountingTakes(rms[1])
+    rms[0].peers[1] = dst
+    assert rms[0].alloc_prompt(1, 6)
+    assert rms[0].move_kvcache(1, 5, 1)
+    assert rms[0].advance_moves(no_copy, 3) == 3 and rms[0].advance_moves(no_copy, 8) == 2
+    assert dst.calls == [3, 2]  # one round trip per chunk, not one per block
+    rms[0].peers[1] = rms[1]
+    assert [b.inst_id for b in rms[0].tables[1]] == [1] * 5 + [0] and not rms[0].moves
+    check_invariants(rms)
+
+
+def test_a_destination_handing_out_fewer_blocks_ends_the_move_with_those_moved():
+    rms, gm = make_cluster([8, 8, 8], cap=8)
+    kv = FakeKV()
+    assert rms[0].alloc_prompt(1, 6)
+    kv.check_and_write(rms)
+    dst = CountingTakes(rms[1], short=2)
+    rms[0].peers[1] = dst
+    assert rms[0].move_kvcache(1, 4, 1)
+    assert rms[0].advance_moves(kv.copy, 8) == 2 and dst.calls == [4]
+    rms[0].peers[1] = rms[1]
+    assert not rms[0].moves and rms[1].num_reserved_for(1) == 0
+    assert [b.inst_id for b in rms[0].tables[1]] == [1, 1, 0, 0, 0, 0]
+    kv.check_and_write(rms)
+    check_invariants(rms)
+
+
+def test_borrow_reserves_and_takes_at_once_or_not_at_all():
+    rms, gm = make_cluster([4, 4], cap=3)
+    assert rms[0].alloc_prompt(1, 4)
+    assert rms[1].borrow(1, 4) == []  # over the lending cap: nothing reserved, nothing taken
+    assert rms[1].num_reserved_for(1) == 0 and rms[1].num_lendable == 3
+    rms[1].note_home(1, 0)
+    blocks = rms[1].borrow(1, 3)
+    assert [b.inst_id for b in blocks] == [1, 1, 1] and rms[1].num_reserved_for(1) == 0
+    assert rms[1].num_lendable == 0 and rms[1].hosted[1] == 3

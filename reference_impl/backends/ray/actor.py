@@ -48,6 +48,12 @@ class PeerRequests:
         self.rm.peers[home]._ids = iter(ids)
         return self.rm.take_reserved(req_id, num_blocks)
 
+    def borrow(self, req_id: int, num_blocks: int, home: int, ids: list[int]) -> list[RBlock]:
+        """`num_blocks` blocks reserved and taken at once (none when short of room), ids from the home."""
+        self.rm.note_home(req_id, home)
+        self.rm.peers[home]._ids = iter(ids)
+        return self.rm.borrow(req_id, num_blocks)
+
     def cancel_reservation(self, req_id: int, num_blocks: int | None) -> None:
         self.rm.cancel_reservation(req_id, num_blocks)
 

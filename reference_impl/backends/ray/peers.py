@@ -114,6 +114,13 @@ class RemoteRManager:
             self.mirror.pop(req_id, None)
         return blocks
 
+    def borrow(self, req_id: int, num_blocks: int) -> list[RBlock]:
+        """A reservation and its blocks in one round trip (rManager.borrow); none when the peer is short."""
+        ids = [next(self.me._ids) for _ in range(num_blocks)]
+        blocks = self.ask("borrow", req_id, num_blocks, self.me.inst_id, ids, default=[])
+        self.view_lendable = max(0, self.view_lendable - len(blocks))
+        return blocks
+
     def cancel_reservation(self, req_id: int, num_blocks: int | None = None) -> None:
         left = 0 if num_blocks is None else self.mirror.get(req_id, 0) - num_blocks
         if left > 0:
