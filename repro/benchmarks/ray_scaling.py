@@ -10,7 +10,7 @@ from reference_impl.engine import EngineConfig
 from reference_impl.sequence import Sequence, num_blocks_for
 
 POLL_S = 0.02  # between the driver's collections of tokens (N calls each)
-TIMES = ("step_s", "control_s", "compute_s", "wait_s", "messaging_s")
+TIMES = ("step_s", "control_s", "compute_s", "wait_s", "messaging_s", "compute_cpu_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,12 +32,15 @@ class ScalingRun:
     step_ms: float  # per instance and step (means over the instances' steps)
     control_ms: float  # the control phase: postprocess, inbox, moves, schedule, plan, heartbeat
     compute_ms: float  # the model's own work (device time for device-time models)
+    compute_cpu_ms: float  # ... in the loop thread's CPU time (below compute_ms when the core is shared)
     wait_ms: float  # waiting for partners on the data plane (a debtor for its creditors' answers)
     messaging_ms: float  # partner calls sent, peers' and the gManager's replies waited for
     debtor_step_ms: float | None  # pooling on: the even instances (their KV spreads) ...
     debtor_wait_ms: float | None
     creditor_step_ms: float | None  # ... and the odd ones (they lend and serve MicroAttention)
     served_compute_ms: float | None  # a creditor's work for one served debtor step (MicroAttention, KV stores)
+    peer_calls_per_step: float  # control-phase calls on a peer's rManager that wait for the reply ...
+    peer_call_ms: float | None  # ... and the mean round trip of one (None: no call)
     num_moved_blocks: int
     independent_tok_s: float | None  # N single-instance engines run at once with the same requests
     load_before: float
@@ -48,12 +51,14 @@ class ScalingRun:
         per_step = {k: 1e3 * v for k, v in stats["per_step"].items()}
         roles = stats["roles"]
         return cls(n, pooling, model, stats["num_tokens"], statistics.median(stats["tok_s"]), stats["tok_s"],
-                   per_step["step_s"], per_step["control_s"], per_step["compute_s"], per_step["wait_s"],
+                   per_step["step_s"], per_step["control_s"], per_step["compute_s"], per_step["compute_cpu_s"],
+                   per_step["wait_s"],
                    per_step["messaging_s"],
                    *(1e3 * roles[r][k] if pooling == "on" else None
                      for r, k in (("debtor", "step_s"), ("debtor", "wait_s"), ("creditor", "step_s"))),
                    1e3 * stats["served_compute_s"] if pooling == "on" else None,
-                   stats["num_moved_blocks"], independent, load_before, load_after)
+                   stats["peer_calls_per_step"], stats["peer_call_ms"], stats["num_moved_blocks"], independent,
+                   load_before, load_after)
 
 
 def load_average() -> float:
@@ -116,7 +121,8 @@ def _start(engine, work: Workload, first_id: int) -> list[Sequence]:
 def _stats_delta(engine, before: dict) -> dict[int, dict]:
     time.sleep(0.05)  # the stats of the last step are published at the next control phase
     engine.poll()
-    keys = (*TIMES, "serve_compute_s", "num_steps", "num_copied_blocks", "num_served")
+    keys = (*TIMES, "serve_compute_s", "num_steps", "num_copied_blocks", "num_served", "num_peer_calls",
+            "peer_call_s")
     return {i: {k: s[k] - before.get(i, {}).get(k, 0) for k in keys}
             for i, s in engine.stats().items()}
 
@@ -158,10 +164,15 @@ def _breakdown(deltas: list[dict[int, dict]], n: int) -> dict:
 
     debtors = [i for i in range(n) if i % 2 == 0 and i + 1 < n]
     creditors = [i for i in range(n) if i % 2 == 1]
-    served = sum(d[i]["num_served"] for d in deltas for i in d)
+    def total(key: str) -> float:
+        return sum(d[i][key] for d in deltas for i in d)
+
+    served, calls, steps = total("num_served"), total("num_peer_calls"), total("num_steps")
     return {"per_step": per_step(range(n)), "roles": {"debtor": per_step(debtors), "creditor": per_step(creditors)},
-            "num_moved_blocks": sum(d[i]["num_copied_blocks"] for d in deltas for i in d),
-            "served_compute_s": sum(d[i]["serve_compute_s"] for d in deltas for i in d) / max(1, served)}
+            "peer_calls_per_step": calls / max(1, steps),
+            "peer_call_ms": 1e3 * total("peer_call_s") / calls if calls else None,
+            "num_moved_blocks": total("num_copied_blocks"),
+            "served_compute_s": total("serve_compute_s") / max(1, served)}
 
 
 def run_independent(model, work: Workload, ray_config, repeats: int) -> float:

@@ -89,7 +89,8 @@ def bench_ray(model_spec, instance_counts, pooling, requests_per_instance, promp
             click.echo(f"{r.num_instances:4d} instances, pooling on: debtor step {r.debtor_step_ms:.1f} ms, of which "
                        f"{r.debtor_wait_ms:.2f} waiting for creditors; a creditor's work per served step "
                        f"{r.served_compute_ms:.2f} ms; creditor step {r.creditor_step_ms:.1f} ms; "
-                       f"{r.num_moved_blocks} blocks moved")
+                       f"{r.num_moved_blocks} blocks moved; {r.peer_calls_per_step:.2f} waiting peer calls a step"
+                       + (f", {r.peer_call_ms:.2f} ms each" if r.peer_call_ms is not None else ""))
     if out:
         rows = [{**asdict(r), "efficiency": r.tok_s / (r.num_instances * base)} for r in runs]
         write_text_atomic(out, json.dumps(rows, indent=1) + "\n")

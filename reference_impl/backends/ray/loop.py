@@ -8,10 +8,10 @@ loop runs its model with DistAttention over the data plane. A debtor's step so w
 MicroAttention and the link; a creditor never waits for its debtors.
 
 State: the rManager, scheduler and instance are this loop thread's alone. Peers, the gManager and the driver
-reach them through the mailbox (mailbox.py), which the loop serves at its control phase, at every layer and
-whenever it waits on a peer; the compute phase reads nothing of the control plane, only the plan it was given.
-A wait on the data plane blocks (gloo completes a transfer only inside `wait`): it waits only for partners'
-serving threads, which never wait for any loop, so it cannot deadlock.
+reach them through the mailbox (mailbox.py), which the loop serves at its control phase, before and after every
+layer's attention, before the logits and whenever it waits on a peer; the compute phase reads nothing of the
+control plane, only the plan it was given. A wait on the data plane blocks (gloo completes a transfer only inside
+`wait`): it waits only for partners' serving threads, which never wait for any loop, so it cannot deadlock.
 """
 import os
 import queue
@@ -54,9 +54,10 @@ STAT_KEYS = ("num_steps", "num_moves_accepted", "num_moves_refused", "num_full_h
 # serve_compute_s: a creditor's time serving its debtors' steps (MicroAttention, KV stores), waits excluded, on the
 # wall clock (serve_cpu_s: the serving thread's CPU time); reply_wait_s: a home's wait for its partners' calls of
 # an earlier step to return (part of messaging_s); peer_call_s: the control phase's calls on peers' rManagers that
-# wait for a reply (num_peer_calls of them; part of messaging_s)
+# wait for a reply (num_peer_calls of them; part of messaging_s); compute_cpu_s: the loop thread's CPU time in the
+# compute phase (beside compute_s on the wall clock: their ratio is how much of a core the model got)
 TIME_KEYS = ("step_s", "control_s", "compute_s", "wait_s", "messaging_s", "serve_compute_s", "serve_cpu_s",
-             "reply_wait_s", "peer_call_s")
+             "reply_wait_s", "peer_call_s", "compute_cpu_s")
 
 
 class InstanceLoop:
@@ -164,7 +165,7 @@ class InstanceLoop:
         mine = [p for p in self.pairs if self.inst_id in (p[0], p[3])]
         step = DistStep(self.inst_id, self.plane, self.caches, batch and batch.plan, {}, mine, self.inst_id,
                         self.model.config, self.config.block_size, self.model.dtype, self.device)
-        t1 = time.perf_counter()
+        t1, cpu1 = time.perf_counter(), time.thread_time()
         with torch.inference_mode():
             if batch:
                 self.last = (batch.seqs, self.forward(batch, step))
@@ -174,6 +175,7 @@ class InstanceLoop:
         self.stats["messaging_s"] += t1 - t0
         self.stats["wait_s"] += step.messaging_s
         self.stats["compute_s"] += time.perf_counter() - t1 - step.messaging_s
+        self.stats["compute_cpu_s"] += time.thread_time() - cpu1
 
     def wait_served(self, all_steps: bool = True) -> None:
         """The partner calls of earlier steps are done (a failure raises here). all_steps=False leaves the last
@@ -195,10 +197,13 @@ class InstanceLoop:
     def forward(self, batch: Batch, step: DistStep) -> list[int]:
         def attend(layer, q, k, v):
             self.mailbox.serve()
-            return step.attend(layer, q, k, v)
+            out = step.attend(layer, q, k, v)
+            self.mailbox.serve()  # again before the MLP: a peer waiting on a reply from here waits less
+            return out
 
         hidden = self.model.forward(torch.tensor(batch.token_ids, device=self.device),
                                     torch.tensor(batch.positions, device=self.device), attend)
+        self.mailbox.serve()
         last = torch.tensor(batch.num_new, device=self.device).cumsum(0) - 1
         return self.model.logits(hidden[last]).argmax(-1).tolist()
 
