@@ -339,6 +339,7 @@ def test_bench_ray_device_time_scaling_and_pooled_runs(tmp_path):
     (pooled,) = json.loads(out.read_text())
     assert pooled["independent_tok_s"] is None and pooled["debtor_step_ms"] > 0 and pooled["creditor_step_ms"] > 0
     assert pooled["debtor_wait_ms"] > 0  # every debtor step waited for its creditor's MicroAttention
+    assert pooled["peer_calls_per_step"] > 0 and pooled["peer_call_ms"] > 0  # the debtors borrowed by message
 
 
 def test_sim_vs_real_pooled_arm_measures_and_predicts_both_systems(tmp_path):
@@ -363,6 +364,8 @@ def test_sim_vs_real_pooled_arm_measures_and_predicts_both_systems(tmp_path):
     assert all(t > 0 for c in arm["calibrations"] for t in c["link_one_way_s"].values())
     costs = arm["calibrations"][1]  # the Ray engine's, measured in Infinite-LLM's saturation run
     assert costs["served_step_s"] > 0 and costs["served_cpu_s"] > 0 and costs["peer_call_s"] >= 0
+    assert costs["co_run_slowdown"] == arm["co_run"]["co_run_slowdown"] > 0  # measured before the saturation runs
+    assert len(arm["co_run"]["alone_ms"]) == len(arm["co_run"]["together_ms"]) == 2
     for run in arm["runs"]:
         for side in ("measured", "predicted"):
             done = run[side]["num_finished"] + run[side]["num_rejected"]
@@ -374,6 +377,20 @@ def test_sim_vs_real_pooled_arm_measures_and_predicts_both_systems(tmp_path):
     il = next(r for r in arm["runs"] if r["system"] == "infinite-llm")
     assert il["engine"]["num_served"] > 0  # a creditor served remote MicroAttention for real
     assert arm["measured_max_tput_ratio"] > 0 and arm["predicted_max_tput_ratio"] > 0
+
+
+def test_a_device_time_step_computes_as_long_beside_the_other_instances():
+    """co_run_slowdown measures how much the instances slow each other's compute by sharing cores; a step that
+    sleeps its device time (no CPU) shares nothing, so alone and together take the same time."""
+    from reference_impl.backends.ray import RayConfig
+    from reference_impl.device_time import DeviceTimeModel
+    from repro.sim_vs_real.co_run import measure_co_run
+
+    model = DeviceTimeModel(0.01)
+    co_run = measure_co_run(model, RayConfig(), 2, batch=2, prompt_len=4, max_new_tokens=8,
+                            block_size=4, rounds=1)
+    assert co_run.alone_ms[0] >= 10.0 and co_run.together_ms[0] >= 10.0  # each step sleeps its 10 ms
+    assert 0.8 < co_run.co_run_slowdown < 1.3
 
 
 def test_chunked_prefill_is_refused_with_the_local_engines_message():

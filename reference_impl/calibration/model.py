@@ -87,10 +87,13 @@ class CalibratedPerfModel:
     # - served_step_s: how long a debtor's step waits for a creditor serving it (all layers, the wall time of the
     #   creditor's serving thread beyond waiting for the queries: its core is shared with the creditor's own step);
     # - served_cpu_s: what serving one debtor step costs the creditor's core (a calibration without it: served_step_s);
-    # - peer_call_s: one control-plane call on a peer's rManager that waits for the reply (sim/peer_calls.py)
+    # - peer_call_s: one control-plane call on a peer's rManager that waits for the reply (sim/peer_calls.py);
+    # - co_run_slowdown: a step's compute time while every instance of the machine computes, over its time while
+    #   the others idle (the instances share the machine's cores and caches); 1 on the GPU calibrations, a GPU each
     served_step_s: float = 0.0
     served_cpu_s: float = 0.0
     peer_call_s: float = 0.0
+    co_run_slowdown: float = 1.0
 
     @classmethod
     def for_setting(cls, *, model: str, gpu: str, tp: int = 1, pp: int = 1, link=None,
@@ -140,7 +143,8 @@ class CalibratedPerfModel:
             query_bytes=query, result_bytes=query + spec.num_heads // tp * LSE_BYTES,
             step_overhead=StepOverhead.from_json(overhead) if overhead else None,
             served_step_s=served_step_s, served_cpu_s=_engine_cost(hw, "served_cpu_s", model, served_step_s),
-            peer_call_s=_engine_cost(hw, "peer_call_s", model, 0.0))
+            peer_call_s=_engine_cost(hw, "peer_call_s", model, 0.0),
+            co_run_slowdown=_engine_cost(hw, "co_run_slowdown", model, 1.0))
 
     def layer_time_s(self, load: InstanceLoad) -> float:
         tokens = load.batch_size + load.prefill_tokens
@@ -166,5 +170,10 @@ class CalibratedPerfModel:
         return self.link.time_s(num_tokens * self.memory.kv_bytes_per_token_per_gpu)
 
 
+def engine_cost_field(key: str) -> str:
+    """Where a measured engine cost keeps its number: seconds ("s") for a time, "value" for a ratio."""
+    return "s" if key.endswith("_s") else "value"
+
+
 def _engine_cost(hw: dict, key: str, model: str, default):
-    return hw.get(key, {}).get(model, {}).get("s", default)
+    return hw.get(key, {}).get(model, {}).get(engine_cost_field(key), default)

@@ -9,7 +9,9 @@ Model of time:
 - KV moves and DGFM swaps: transfer time on the link, overlapped with the source's next step (max of both).
 - measured on the Ray engine of the machine at hand only (0 for the GPU calibrations): a debtor step waits
   `served_step_s` for each creditor serving it, whose next step pays `served_cpu_s` for it; each control-plane
-  call an instance makes on a peer that waits for the reply (sim/peer_calls.py) adds `peer_call_s` to its step.
+  call an instance makes on a peer that waits for the reply (sim/peer_calls.py) adds `peer_call_s` to its step;
+  instances sharing the machine's cores: a step's compute takes `co_run_slowdown` times as long when every other
+  instance computes as it starts, pro rata for some of them.
 """
 from dataclasses import dataclass, fields
 
@@ -57,12 +59,14 @@ class SimBackend:
             self.sent_tokens[src.inst_id] = self.sent_tokens.get(src.inst_id, 0) + self.config.block_size
         self.num_moved_blocks += len(pairs)
 
-    def step(self, instance: Instance) -> tuple[list[Sequence], StepCost | None, list[Sequence]]:
-        """Instance.step on this backend: (the batch, its cost (None: no batch ran), the requests that finished)."""
+    def step(self, instance: Instance, co_running: float = 0.0) -> tuple[list[Sequence], StepCost | None,
+                                                                         list[Sequence]]:
+        """Instance.step on this backend: (the batch, its cost (None: no batch ran), the requests that finished).
+        `co_running`: the share of the other instances computing as it starts (CalibratedPerfModel.co_run_slowdown)."""
         seqs, is_prefill = instance.begin_step(self)
         if not seqs:
             return seqs, None, []
-        cost = self.execute(instance, seqs, is_prefill)
+        cost = self.execute(instance, seqs, is_prefill, co_running)
         return seqs, cost, instance.end_step(seqs, [0] * len(seqs))
 
     def transfer(self, inst_id: int) -> StepCost | None:
@@ -70,7 +74,8 @@ class SimBackend:
         tokens = self.sent_tokens.pop(inst_id, 0)
         return StepCost(self.model.kv_transfer_s(tokens), 0, tokens) if tokens else None
 
-    def execute(self, instance: Instance, seqs: list[Sequence], is_prefill: bool) -> StepCost:
+    def execute(self, instance: Instance, seqs: list[Sequence], is_prefill: bool,
+                co_running: float = 0.0) -> StepCost:
         rm, bs, model = instance.rm, self.config.block_size, self.model
         if is_prefill:  # whole prompts
             chunks, decodes = [(seq, 0, seq.num_tokens) for seq in seqs], []
@@ -95,6 +100,8 @@ class SimBackend:
                             num_remote_queries=remote_queries, prefill_tokens=prefill_tokens,
                             prefill_attn_pairs=int(local_pairs))
         compute_s = step_time_s(model, load) if prefill_tokens or decodes else 0.0
+        if co_running:
+            compute_s *= 1.0 + (model.co_run_slowdown - 1.0) * co_running
         local_attn_s = model.num_layers * local_pairs * model.prefill_attn_s_per_pair
         compute_s += max(0.0, remote_s - local_attn_s, remote_wait_s)  # waits for the slowest creditor
         calls = self.peer_calls.pop(rm.inst_id, 0)

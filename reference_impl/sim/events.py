@@ -69,7 +69,7 @@ class Step(Event):
         engine, backend = sim.engine, sim.backend
         inst = engine.instances[self.inst_id]
         moved_before = backend.num_moved_blocks
-        seqs, cost, finished = backend.step(inst)
+        seqs, cost, finished = backend.step(inst, sim.co_running(self.inst_id))
         ran = cost is not None
         if ran:
             sim.record_step(self.inst_id, seqs, cost, finished, self.time_s + cost.duration_s)

@@ -44,6 +44,7 @@ class Simulator:
         self.seqs: dict[int, Sequence] = {}
         self.busy = [False] * config.num_instances  # a step event is queued
         self.computing = [False] * config.num_instances  # ... and it runs work (not only a KV transfer)
+        self.shares_cores = self.backend.model.co_run_slowdown != 1.0 and config.num_instances > 1
         self.noop_steps = [(None, 0)] * config.num_instances  # (instant, steps that did nothing at it)
         self.pending = self.arrivals_left = len(requests)
         self.idle_rounds = 0
@@ -125,6 +126,12 @@ class Simulator:
     def stepping(self, inst_id: int, is_busy: bool, is_computing: bool) -> None:
         """Whether `inst_id` has a step queued now, and whether that step runs work (not only a KV transfer)."""
         self.busy[inst_id], self.computing[inst_id] = is_busy, is_computing
+
+    def co_running(self, inst_id: int) -> float:
+        """The share of the other instances with a computing step in flight (0 where instances share nothing)."""
+        if not self.shares_cores:
+            return 0.0
+        return (sum(self.computing) - self.computing[inst_id]) / (self.config.num_instances - 1)
 
     def wake(self, inst_id: int, time_s: float) -> list[Step]:
         if self.busy[inst_id] or not self.engine.instances[inst_id].has_work:

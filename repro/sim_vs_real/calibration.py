@@ -53,9 +53,11 @@ def add_measured_link(path: Path) -> dict:
 
 def add_engine_costs(path: Path, model: str, costs: dict[str, float], source: str) -> None:
     """Add what the Ray engine of this machine measured (CalibratedPerfModel.served_step_s, served_cpu_s,
-    peer_call_s) to the calibration at `path`."""
+    peer_call_s, co_run_slowdown) to the calibration at `path`."""
+    from reference_impl.calibration.model import engine_cost_field
+
     doc = json.loads(path.read_text())
     (hardware,) = doc["hardware"].values()
-    for key, seconds in costs.items():
-        hardware[key] = {model: {"s": seconds, "source": source}}
+    for key, value in costs.items():
+        hardware[key] = {model: {engine_cost_field(key): value, "source": source}}
     path.write_text(dumps(doc))

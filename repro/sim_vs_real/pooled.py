@@ -14,7 +14,9 @@ the link the simulator's remote MicroAttention and KV moves travel; and, from In
 the Ray engine's pooling costs beyond the KV reads and the link: how long a debtor step waits for a creditor
 serving it (the serving thread's wall time, its core shared with the creditor's own step), what that costs the
 creditor's core (its CPU time), and one control-plane call on a peer that waits for the reply (reservations,
-reserved blocks, reclaim asks), which the simulator charges per call its control plane makes. On a shared
+reserved blocks, reclaim asks), which the simulator charges per call its control plane makes; and, before
+everything, how much slower a step computes while every instance computes (co_run.py: the instances share the
+machine's cores), which the simulator applies to a step by the share of the others computing as it starts. On a shared
 machine the wall-clock runs are slower than a CPU-time calibration predicts by what the load takes: the load
 average is kept before and after every run.
 """
@@ -27,6 +29,7 @@ from reference_impl.serving.records import REJECTED
 from repro.load import load_1m
 from repro.progress import progress
 from repro.sim_vs_real.calibration import add_engine_costs, add_measured_link, calibrate, calibration_record
+from repro.sim_vs_real.co_run import measure_co_run
 from repro.sim_vs_real.points import make_points, run_summary
 
 SYSTEMS = ("infinite-llm", "vllm-m")
@@ -135,6 +138,10 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
     started = init_ray(ray_config)
     server = RayServer(model, ray_config, gmanager_config=gm_config, perf_model=perf)
     try:
+        co_run = measure_co_run(model, ray_config, setup.num_instances, seed=seed, rounds=2 if quick else 3)
+        log(f"  pooled arm: an instance's step computes {co_run.co_run_slowdown:.2f}x as long beside the others "
+            f"(alone {', '.join(f'{x:.1f}' for x in co_run.alone_ms)} ms, together "
+            f"{', '.join(f'{x:.1f}' for x in co_run.together_ms)} ms)")
         for system in SYSTEMS:  # warm-up: workers, imports, the data plane (the engines stay warm)
             measure(system, burst[: min(4, len(burst))])
         saturation = {}
@@ -147,7 +154,8 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
         # one control-plane call on a peer that waits for its reply
         measured = saturation[SYSTEMS[0]]["engine"]
         engine_costs = {"served_step_s": measured["serve_ms"] / 1e3, "served_cpu_s": measured["serve_cpu_ms"] / 1e3,
-                        "peer_call_s": measured["peer_call_each_ms"] / 1e3}
+                        "peer_call_s": measured["peer_call_each_ms"] / 1e3,
+                        "co_run_slowdown": co_run.co_run_slowdown}
         top = max(s["rate_per_s"] for s in saturation.values())
         rates = rates or tuple(float(f"{top * m:.3g}") for m in multipliers)
         log(f"  pooled arm, {setup.num_instances} Ray instances of {setup.blocks_per_instance} rBlocks: saturation "
@@ -180,7 +188,8 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
     points = make_points(runs)
     for p in points:
         p.update(num_instances=setup.num_instances, pooling=configs[p["system"]].pooling)
-    return {"setup": asdict(setup), "systems": list(SYSTEMS), "saturation": saturation, "rates_per_s": list(rates),
+    return {"setup": asdict(setup), "systems": list(SYSTEMS), "co_run": co_run.to_dict(), "saturation": saturation,
+            "rates_per_s": list(rates),
             "calibrations": calibrations, "runs": runs, "points": points,
             "measured_max_tput_ratio": _max_tput_ratio(points, "measured"),
             "predicted_max_tput_ratio": _max_tput_ratio(points, "predicted"),

@@ -1,0 +1,72 @@
+"""How much slower an instance's step computes while the other instances of this machine compute too: the
+simulator's `CalibratedPerfModel.co_run_slowdown` for the pooled arm. The instances are processes sharing the
+machine's cores and caches with each other, the driver and Ray's daemons, so a step that the CPU-time calibration
+times on an idle core takes longer when every instance steps at once (measured on the 2-core machine: 1.38-1.43x
+at 2 instances, 1.03x for one instance alone).
+
+Measured on a Ray engine of the arm's instances (pooling off, so nothing but the cores is shared): the same
+requests served by instance 0 alone, then the same requests by every instance at once, alternating `rounds`
+times; the ratio of instance 0's compute time per step, together over alone, median over the rounds.
+"""
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from reference_impl.engine import EngineConfig
+from reference_impl.sequence import Sequence, num_blocks_for
+
+POLL_S = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class CoRun:
+    co_run_slowdown: float  # median over rounds of together_ms / alone_ms
+    alone_ms: list[float]  # instance 0's compute per step, per round
+    together_ms: list[float]
+    num_instances: int
+    batch: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def measure_co_run(model, ray_config, num_instances: int, *, batch: int = 16, prompt_len: int = 32,
+                   max_new_tokens: int = 32, block_size: int = 16, rounds: int = 3, seed: int = 0) -> CoRun:
+    """Instance 0's compute time per step serving `batch` requests alone and beside the other instances."""
+    from reference_impl.backends.ray import RayEngine
+
+    rng = np.random.default_rng(seed)
+    prompts = [rng.integers(0, model.config.vocab_size, prompt_len).tolist() for _ in range(batch)]
+    blocks = batch * num_blocks_for(prompt_len + max_new_tokens, block_size)
+    config = EngineConfig(num_instances, blocks, block_size=block_size, max_batch_size=batch, pooling=False,
+                          seed=seed)
+    engine = RayEngine(config, model, ray_config)
+    next_id = iter(range(10**9))
+
+    def counters() -> tuple[float, int]:
+        time.sleep(0.05)  # the loops publish their counters at their next control phase
+        engine.poll()
+        stats = engine.stats().get(0, {})
+        return stats.get("compute_s", 0.0), stats.get("num_steps", 0)
+
+    def compute_ms_per_step(homes) -> float:
+        compute_s, steps = counters()
+        for home in homes:
+            for p in prompts:
+                engine.add_request(Sequence(next(next_id), list(p), max_new_tokens), home)
+        engine.run(poll_s=POLL_S)
+        compute_after_s, steps_after = counters()
+        return 1e3 * (compute_after_s - compute_s) / max(1, steps_after - steps)
+
+    try:
+        compute_ms_per_step([0])  # warm-up
+        alone, together = [], []
+        for _ in range(rounds):
+            alone.append(compute_ms_per_step([0]))
+            together.append(compute_ms_per_step(range(num_instances)))
+    finally:
+        engine.shutdown()
+    ratio = statistics.median(t / a for t, a in zip(together, alone))
+    return CoRun(ratio, alone, together, num_instances, batch)
