@@ -81,3 +81,22 @@ def test_every_context_class_kernel_with_in_call_splits(config_name):
 def test_context_classes_follow_the_paper_bounds():
     assert [context_class(n) for n in (1, 8192, 8193, 32768, 32769, 2_000_000)] == \
         ["normal", "normal", "long", "long", "ultra", "ultra"]
+
+
+def test_torch_path_chunks_merge_to_the_one_chunk_result_and_a_first_chunk_needs_no_merge(monkeypatch):
+    """The CPU path walks the KV in chunks and merges them with ScaleReduce; its first chunk is taken as it is,
+    which is what merging it with the empty partial gives, bit for bit."""
+    from reference_impl.kernels import torch_impl
+
+    case = make_case([300, 17, 0, 129], 8, 2, 64, 8, torch.float32, seed=11)
+    table, lens = case.whole()
+    scale = 1.0 / 8.0
+    whole_out, whole_lse = torch_impl.micro_attention_torch(case.q, case.k_cache, case.v_cache, table, lens, scale)
+    empty = (torch.zeros_like(whole_out), torch.full_like(whole_lse, float("-inf")))
+    merged_out, merged_lse = torch_impl.scale_reduce_torch(torch.stack([empty[0], whole_out]),
+                                                           torch.stack([empty[1], whole_lse]))
+    assert torch.equal(merged_out, whole_out) and torch.equal(merged_lse, whole_lse)
+    monkeypatch.setattr(torch_impl, "WORKSPACE_BYTES", 8 * 2 * 64 * 4 * 3)  # 3 blocks of 8 tokens a chunk
+    out, lse = torch_impl.micro_attention_torch(case.q, case.k_cache, case.v_cache, table, lens, scale)
+    torch.testing.assert_close(out, whole_out, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, whole_lse, atol=1e-5, rtol=1e-5)

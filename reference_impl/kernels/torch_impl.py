@@ -50,6 +50,7 @@ def micro_attention_torch(q, k_cache, v_cache, block_table, seq_lens, scale: flo
     for s0 in range(0, num_seqs, seqs_per_chunk):
         s1 = min(num_seqs, s0 + seqs_per_chunk)
         sg = s1 - s0
+        first = True  # merging a first chunk with the empty partial would give the chunk back, bit for bit
         for c0 in range(0, num_cols, blocks_per_chunk):
             n = min(blocks_per_chunk, num_cols - c0)
             chunk_lens = (lens[s0:s1] - c0 * block_size).clamp(0, n * block_size)
@@ -66,6 +67,9 @@ def micro_attention_torch(q, k_cache, v_cache, block_table, seq_lens, scale: flo
             has = torch.isfinite(chunk_lse)
             probs = torch.exp(scores - torch.where(has, chunk_lse, torch.zeros_like(chunk_lse))[..., None])
             chunk_out = torch.matmul(probs, v).view(sg, num_q_heads, head_dim)
+            if first:
+                out[s0:s1], lse[s0:s1], first = chunk_out, chunk_lse.view(sg, num_q_heads), False
+                continue
             merged_out, merged_lse = scale_reduce_torch(
                 torch.stack([out[s0:s1], chunk_out]), torch.stack([lse[s0:s1], chunk_lse.view(sg, num_q_heads)]))
             out[s0:s1], lse[s0:s1] = merged_out, merged_lse
