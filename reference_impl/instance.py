@@ -23,6 +23,7 @@ class Backend(Protocol):
 class Instance:
     def __init__(self, rmanager: RManager, scheduler: Scheduler, move_chunk_blocks: int):
         self.rm = rmanager
+        self.inst_id = rmanager.inst_id  # (an attribute, not a property: the simulator reads it millions of times)
         self.scheduler = scheduler
         self.move_chunk_blocks = move_chunk_blocks
 
@@ -35,10 +36,6 @@ class Instance:
         scheduler = Scheduler(rm, config.block_size, config.max_batch_size, recommend if config.pooling else None,
                               chunked_prefill_tokens=config.chunked_prefill_tokens)
         return cls(rm, scheduler, max(1, config.move_chunk_tokens // config.block_size))
-
-    @property
-    def inst_id(self) -> int:
-        return self.rm.inst_id
 
     @property
     def has_work(self) -> bool:
