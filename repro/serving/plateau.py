@@ -3,10 +3,11 @@
 A system's curve (its points over rates and seeds) has reached its plateau when the median over seeds of the
 steady-state output rate at its highest rate is within PLATEAU_TOL of the median at its second-highest rate.
 A curve that has not is extended: its top rate times PLATEAU_GROWTH runs with every seed, up to
-MAX_EXTENSIONS times (a caller may allow fewer: the sensitivity study's 1080 single-seed climbs keep 3). Max throughput is then, per seed, the highest steady-state output rate of the curve
-(docs/max-throughput.md). Past saturation a queue builds and the batch keeps filling towards its memory or
-batch-cap limit as the rate rises, so a grid that stops just past saturation under-reads each system by its
-own amount; doubling the rate until two agree reads both at their limit.
+MAX_EXTENSIONS times (a caller may allow fewer: the sensitivity study's 1080 single-seed climbs keep 3). Max
+throughput is then, per seed, the highest steady-state output rate of the curve (docs/max-throughput.md). Past
+saturation a queue builds and the batch keeps filling towards its memory or batch-cap limit as the rate rises, so
+a grid that stops just past saturation under-reads each system by its own amount; doubling the rate until two
+agree reads both at their limit.
 """
 from dataclasses import dataclass, field
 
@@ -16,8 +17,8 @@ from repro.serving.tasks import run_tasks
 
 PLATEAU_TOL = 0.05
 PLATEAU_GROWTH = 2.0
-# Past about 8x the grid's top the points are near-bursts (cheap: the run is short) whose medians over 3 seeds
-# still move by up to 10-20% from one rate to the next; 6 doublings let such a tail settle (docs/max-throughput.md)
+# Past about 8x the grid's top the points are near-bursts whose medians over 3 seeds still move by 10-20% from one
+# rate to the next; 6 doublings let such a tail settle (docs/max-throughput.md)
 MAX_EXTENSIONS = 6
 
 

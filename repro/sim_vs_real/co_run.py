@@ -1,23 +1,21 @@
 """How much slower an instance's step computes while the other instances of this machine compute too: the
 simulator's `CalibratedPerfModel.co_run_slowdown` for the pooled arm. The instances are processes sharing the
 machine's cores and caches with each other, the driver and Ray's daemons, so a step that the CPU-time calibration
-times on an idle core takes longer when every instance steps at once (measured on the 2-core machine: 1.38-1.43x
-at 2 instances, 1.03x for one instance alone).
+times on an idle core takes longer when every instance steps at once (measured here on the 2-core machine:
+1.10-1.23x; `repro bench ray` saw 2 instances step 1.38-1.43x as long as a 1-instance engine).
 
 Measured on a Ray engine of the arm's instances (pooling off, so nothing but the cores is shared): the same
 requests served by instance 0 alone, then the same requests by every instance at once, alternating `rounds`
 times; the ratio of instance 0's compute time per step, together over alone, median over the rounds.
 """
 import statistics
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from reference_impl.engine import EngineConfig
 from reference_impl.sequence import Sequence, num_blocks_for
-
-POLL_S = 0.02
+from repro.benchmarks.ray_scaling import POLL_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,14 +26,12 @@ class CoRun:
     num_instances: int
     batch: int
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 def measure_co_run(model, ray_config, num_instances: int, *, batch: int = 16, prompt_len: int = 32,
                    max_new_tokens: int = 32, block_size: int = 16, rounds: int = 3, seed: int = 0) -> CoRun:
     """Instance 0's compute time per step serving `batch` requests alone and beside the other instances."""
     from reference_impl.backends.ray import RayEngine
+    from reference_impl.backends.ray.serving import loop_counters
 
     rng = np.random.default_rng(seed)
     prompts = [rng.integers(0, model.config.vocab_size, prompt_len).tolist() for _ in range(batch)]
@@ -46,9 +42,7 @@ def measure_co_run(model, ray_config, num_instances: int, *, batch: int = 16, pr
     next_id = iter(range(10**9))
 
     def counters() -> tuple[float, int]:
-        time.sleep(0.05)  # the loops publish their counters at their next control phase
-        engine.poll()
-        stats = engine.stats().get(0, {})
+        stats = loop_counters(engine).get(0, {})
         return stats.get("compute_s", 0.0), stats.get("num_steps", 0)
 
     def compute_ms_per_step(homes) -> float:

@@ -16,8 +16,8 @@ serving it (the serving thread's wall time, its core shared with the creditor's 
 creditor's core (its CPU time), and one control-plane call on a peer that waits for the reply (reservations,
 reserved blocks, reclaim asks), which the simulator charges per call its control plane makes; and, before
 everything, how much slower a step computes while every instance computes (co_run.py: the instances share the
-machine's cores), which the simulator applies to a step by the share of the others computing as it starts. On a shared
-machine the wall-clock runs are slower than a CPU-time calibration predicts by what the load takes: the load
+machine's cores), which the simulator applies to a step by the share of the others computing as it starts. On a
+shared machine the wall-clock runs are slower than a CPU-time calibration predicts by what the load takes: the load
 average is kept before and after every run.
 """
 from dataclasses import asdict, dataclass
@@ -188,7 +188,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
     points = make_points(runs)
     for p in points:
         p.update(num_instances=setup.num_instances, pooling=configs[p["system"]].pooling)
-    return {"setup": asdict(setup), "systems": list(SYSTEMS), "co_run": co_run.to_dict(), "saturation": saturation,
+    return {"setup": asdict(setup), "systems": list(SYSTEMS), "co_run": asdict(co_run), "saturation": saturation,
             "rates_per_s": list(rates),
             "calibrations": calibrations, "runs": runs, "points": points,
             "measured_max_tput_ratio": _max_tput_ratio(points, "measured"),

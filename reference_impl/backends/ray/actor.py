@@ -44,15 +44,18 @@ class PeerRequests:
         num_blocks = min(num_blocks, self.rm.num_reserved_for(req_id))
         if num_blocks <= 0:
             return []
-        self.rm.note_home(req_id, home)
-        self.rm.peers[home]._ids = iter(ids)
+        self._for_home(req_id, home, ids)
         return self.rm.take_reserved(req_id, num_blocks)
 
     def borrow(self, req_id: int, num_blocks: int, home: int, ids: list[int]) -> list[RBlock]:
         """`num_blocks` blocks reserved and taken at once (none when short of room), ids from the home."""
+        self._for_home(req_id, home, ids)
+        return self.rm.borrow(req_id, num_blocks)
+
+    def _for_home(self, req_id: int, home: int, ids: list[int]) -> None:
+        """Blocks allocated here next for `req_id` belong to `home` and take the ids it drew."""
         self.rm.note_home(req_id, home)
         self.rm.peers[home]._ids = iter(ids)
-        return self.rm.borrow(req_id, num_blocks)
 
     def cancel_reservation(self, req_id: int, num_blocks: int | None) -> None:
         self.rm.cancel_reservation(req_id, num_blocks)

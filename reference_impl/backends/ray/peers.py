@@ -105,8 +105,7 @@ class RemoteRManager:
     def take_reserved(self, req_id: int, num_blocks: int = 1) -> list[RBlock]:
         """Blocks from the reservation, with ids from this (home) instance's counter; fewer (none) when the
         peer took its room back meanwhile."""
-        ids = [next(self.me._ids) for _ in range(num_blocks)]
-        blocks = self.ask("take_reserved", req_id, num_blocks, self.me.inst_id, ids, default=[])
+        blocks = self.ask("take_reserved", req_id, num_blocks, self.me.inst_id, self._new_ids(num_blocks), default=[])
         left = self.mirror.get(req_id, 0) - num_blocks
         if left > 0 and len(blocks) == num_blocks:
             self.mirror[req_id] = left
@@ -116,10 +115,13 @@ class RemoteRManager:
 
     def borrow(self, req_id: int, num_blocks: int) -> list[RBlock]:
         """A reservation and its blocks in one round trip (rManager.borrow); none when the peer is short."""
-        ids = [next(self.me._ids) for _ in range(num_blocks)]
-        blocks = self.ask("borrow", req_id, num_blocks, self.me.inst_id, ids, default=[])
+        blocks = self.ask("borrow", req_id, num_blocks, self.me.inst_id, self._new_ids(num_blocks), default=[])
         self.view_lendable = max(0, self.view_lendable - len(blocks))
         return blocks
+
+    def _new_ids(self, num_blocks: int) -> list[int]:
+        """Block ids from this (home) instance's counter, for blocks the peer allocates."""
+        return [next(self.me._ids) for _ in range(num_blocks)]
 
     def cancel_reservation(self, req_id: int, num_blocks: int | None = None) -> None:
         left = 0 if num_blocks is None else self.mirror.get(req_id, 0) - num_blocks

@@ -59,7 +59,8 @@ class _Collecting:
         return self.engine.poll()
 
 
-def _counters(engine: RayEngine) -> dict[int, dict]:
+def loop_counters(engine: RayEngine) -> dict[int, dict]:
+    """Each instance's loop counters as of its next control phase (loop.py's STAT_KEYS and TIME_KEYS)."""
     time.sleep(4 * POLL_S)  # the loops publish their counters at their next control phase
     engine.poll()
     return {i: dict(s) for i, s in engine.stats().items()}
@@ -103,14 +104,14 @@ class RayServer:
             engine = self.engines[config] = RayEngine(config, self.model, self.ray_config, **self.engine_kwargs)
         else:
             engine.resume()
-        before = _counters(engine)
+        before = loop_counters(engine)
         offset = self.next_req_id
         self.next_req_id += max((r.req_id for r in requests), default=0) + 1
         renamed = [replace(r, req_id=r.req_id + offset) for r in requests]
         prompts = random_prompts(requests, self.model.config.vocab_size, seed)
         try:
             result = serve_on_clock(_Collecting(engine, self.poll_s), renamed, prompts, time_limit_s=time_limit_s)
-            after = _counters(engine)
+            after = loop_counters(engine)
         except BaseException:
             self._drop(config)
             raise
