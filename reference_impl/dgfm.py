@@ -114,8 +114,7 @@ def execute_swap(swap: Swap, rmanagers, copy_blocks) -> None:
             continue
         table = rmanagers[home].tables[req_id]
         indexes = [i for i, b in enumerate(table) if b.inst_id == creditor][:n]
-        for i in indexes:
-            rmanagers[creditor].release(table[i])
+        rmanagers[creditor].release_blocks([table[i] for i in indexes])
         moved.append((home, req_id, indexes))
     pairs = []
     for home, req_id, indexes in moved:

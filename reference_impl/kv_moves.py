@@ -155,9 +155,16 @@ class KVMoves:
                 self._drop_move(move)
         if pairs:
             copy_blocks(pairs)
-            for src, _ in pairs:
-                self.peers[src.inst_id].release(src)
+            self._release_at_holders([src for src, _ in pairs])
         return len(pairs)
+
+    def _release_at_holders(self, blocks: list) -> None:
+        """Free `blocks` on the instances holding them: one release_blocks call per instance."""
+        by_holder: dict[int, list] = {}
+        for block in blocks:
+            by_holder.setdefault(block.inst_id, []).append(block)
+        for inst_id, held in by_holder.items():
+            self.peers[inst_id].release_blocks(held)
 
     def reclaim_lent(self, num_blocks: int) -> int:
         """Creditor short of `num_blocks`: ask the homes of the remote requests hosted here (largest first)

@@ -3,15 +3,14 @@
 The pool has a device tier (GPU memory) and a CPU tier; allocation takes the first free device block, then
 the first free CPU block. `RBlock` is one row of the logical-to-physical table of distkv-llm Figure 3.
 """
-from dataclasses import dataclass
+from typing import NamedTuple
 
 DEVICE = "device"
 CPU = "cpu"
 TIERS = (DEVICE, CPU)
 
 
-@dataclass(frozen=True, slots=True)
-class RBlock:
+class RBlock(NamedTuple):  # (a tuple: the simulator builds one per block of every prompt)
     rblock_id: int  # logical id, unique in the cluster
     inst_id: int  # instance holding the physical block
     device: str  # DEVICE or CPU tier
@@ -38,15 +37,22 @@ class BlockPool:
     def num_used(self) -> int:
         return len(self.owner)
 
-    def alloc(self, req_id: int) -> tuple[str, int]:
+    def alloc(self, req_id: int, num_blocks: int = 1) -> list[tuple[str, int]]:
+        """`num_blocks` blocks for `req_id` (device tier first, lowest address first): (tier, address) each."""
+        if num_blocks > self.num_free:
+            raise MemoryError(f"{num_blocks} rBlocks asked, {self.num_free} free")
+        out = []
         for tier in TIERS:
-            if self.free_list[tier]:
-                address = self.free_list[tier].pop()
-                self.owner[(tier, address)] = req_id
-                return tier, address
-        raise MemoryError("no free rBlock")
+            free = self.free_list[tier]
+            take = min(num_blocks - len(out), len(free))
+            if take:
+                out += [(tier, address) for address in reversed(free[-take:])]
+                del free[-take:]
+        self.owner.update(dict.fromkeys(out, req_id))
+        return out
 
     def free(self, device: str, address: int) -> int:
+        """Free one block; the request that owned it."""
         req_id = self.owner.pop((device, address))
         self.free_list[device].append(address)
         return req_id

@@ -57,13 +57,14 @@ class RManager(KVMoves):
     def num_reserved(self) -> int:
         return self._num_reserved
 
+    # (the reads below are the simulator's hottest: they read the pool's table directly)
     @property
     def num_free(self) -> int:
-        return self.pool.num_free - self._num_reserved
+        return self.pool.num_capacity - len(self.pool.owner) - self._num_reserved
 
     @property
     def num_lent(self) -> int:
-        return self.pool.num_used - self.num_home_here
+        return len(self.pool.owner) - self.num_home_here
 
     @property
     def num_lendable(self) -> int:
@@ -85,19 +86,17 @@ class RManager(KVMoves):
     @property
     def is_creditor(self) -> bool:
         """Remote requests have rBlocks here, or room here is promised to one."""
-        return self.num_lent > 0 or self._num_remote_reserved > 0
+        return len(self.pool.owner) > self.num_home_here or self._num_remote_reserved > 0
 
     @property
     def can_borrow(self) -> bool:
-        return not (self.exclusive_roles and self.is_creditor)
+        return not (self.exclusive_roles
+                    and (len(self.pool.owner) > self.num_home_here or self._num_remote_reserved > 0))
 
     def note_change(self) -> None:
         """Count a change of this rManager's state (blocks, reservations, counts, moves, entries)."""
         self.version += 1
         self.changes.memory += 1
-
-    def _remote_reserved(self) -> int:
-        return self._num_remote_reserved
 
     def _reserve(self, req_id: int, num_blocks: int) -> None:
         """Change the reservation of `req_id` by `num_blocks` (negative: give room back)."""
@@ -160,12 +159,10 @@ class RManager(KVMoves):
         """`num_blocks` physical blocks here for `req_id`, ids from its home's counter (a prompt's run at once)."""
         self.hosted[req_id] = self.hosted.get(req_id, 0) + num_blocks
         self._touch(req_id)
-        ids, pool = self.peers[self.home_of(req_id)]._ids, self.pool
-        blocks = []
-        for _ in range(num_blocks):
-            device, address = pool.alloc(req_id)
-            blocks.append(RBlock(next(ids), self.inst_id, device, address))
-        return blocks
+        ids, inst_id = self.peers[self.home_of(req_id)]._ids, self.inst_id
+        # (slots first: zip stops at the end of them without drawing one id too many)
+        return [RBlock(rblock_id, inst_id, device, address)
+                for (device, address), rblock_id in zip(self.pool.alloc(req_id, num_blocks), ids)]
 
     def home_of(self, req_id: int) -> int:
         """The home instance of a request with blocks here (this one for a home request)."""
@@ -187,12 +184,20 @@ class RManager(KVMoves):
             self._remote_homes[req_id] = home
 
     def release(self, block: RBlock) -> None:
-        req_id = self.pool.free(block.device, block.address)
-        self.hosted[req_id] -= 1
-        if not self.hosted[req_id]:
-            del self.hosted[req_id]
-            self._remote_homes.pop(req_id, None)
-        self._touch(req_id)
+        self.release_blocks([block])
+
+    def release_blocks(self, blocks: list[RBlock]) -> None:
+        """Free these physical blocks here (one message from a peer for all of a request's blocks here)."""
+        freed: dict[int, int] = {}
+        for block in blocks:
+            req_id = self.pool.free(block.device, block.address)
+            freed[req_id] = freed.get(req_id, 0) + 1
+        for req_id, n in freed.items():
+            self.hosted[req_id] -= n
+            if not self.hosted[req_id]:
+                del self.hosted[req_id]
+                self._remote_homes.pop(req_id, None)
+            self._touch(req_id)
 
     def try_move_kvcache(self, req_id: int, num_blocks: int) -> bool:
         """Reserve room for `num_blocks` of `req_id`, first come first served; False when short of space."""
@@ -291,7 +296,7 @@ class RManager(KVMoves):
         """rBlocks a new request could get now: free here (reservations for remote KV may be taken back), plus
         what creditors may lend when `pooled` and this instance may borrow (`peers_lendable`: their sum, when
         the caller has read it already)."""
-        here = self.num_free + self._remote_reserved()
+        here = self.pool.num_capacity - len(self.pool.owner) - self._num_reserved + self._num_remote_reserved
         if not (pooled and self.can_borrow):
             return here
         if peers_lendable is None:  # (admission is retried every step: memoised when the peers share `changes`)
@@ -304,8 +309,7 @@ class RManager(KVMoves):
         return sum(p.num_lendable for i, p in self.peers.items() if i != self.inst_id)
 
     def can_admit(self, num_blocks: int, pooled: bool) -> bool:
-        here = self.num_free + self._remote_reserved()
-        return num_blocks <= here or (pooled and num_blocks <= self.num_admissible(pooled))
+        return num_blocks <= self.num_admissible(False) or (pooled and num_blocks <= self.num_admissible(pooled))
 
     def alloc_prompt(self, req_id: int, num_blocks: int, recommend: Recommend | None = None) -> bool:
         """Admit a request with `num_blocks` rBlocks: local ones first, the rest on creditors; all or none."""
@@ -338,8 +342,7 @@ class RManager(KVMoves):
         return 0
 
     def free_request(self, req_id: int) -> None:
-        for block in self.tables.pop(req_id, []):
-            self.peers[block.inst_id].release(block)
+        self._release_at_holders(self.tables.pop(req_id, []))
         for inst_id, n in self.holders_by_req.pop(req_id, {}).items():
             self._count_totals(inst_id, -n)
         self.cancel_moves(req_id)

@@ -60,8 +60,8 @@ class PeerRequests:
     def cancel_reservation(self, req_id: int, num_blocks: int | None) -> None:
         self.rm.cancel_reservation(req_id, num_blocks)
 
-    def release(self, block: RBlock) -> None:
-        self.rm.release(block)
+    def release_blocks(self, blocks: list[RBlock]) -> None:
+        self.rm.release_blocks(blocks)
 
     def move_kvcache(self, req_id: int, num_blocks: int, dst_inst: int, src_inst: int | None) -> bool:
         """A creditor reclaiming what it lent asks the home to move it (infinite-llm 5.2)."""

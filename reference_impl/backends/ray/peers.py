@@ -132,10 +132,17 @@ class RemoteRManager:
         self.send("cancel_reservation", req_id, num_blocks)
 
     def release(self, block: RBlock) -> None:
-        if (block.device, block.address) in self.moving_sources:
-            self.deferred_releases.append(block)  # the peer still has to read it for this step's move
-        else:
-            self.send("release", block)
+        self.release_blocks([block])
+
+    def release_blocks(self, blocks: list[RBlock]) -> None:
+        now = []
+        for block in blocks:
+            if (block.device, block.address) in self.moving_sources:
+                self.deferred_releases.append(block)  # the peer still has to read it for this step's move
+            else:
+                now.append(block)
+        if now:
+            self.send("release_blocks", now)
 
     # --- the home side of a request homed there (a creditor reclaiming, a DGFM swap)
     def move_kvcache(self, req_id: int, num_blocks: int, dst_inst: int, src_inst: int | None = None) -> bool:

@@ -58,8 +58,8 @@ def serve(work: PartnerWork, loop) -> float:
         return 0.0
     step = DistStep(loop.inst_id, plane, loop.caches, None, {work.home: work.ask} if work.ask else {},
                     work.pairs, work.home, loop.model.config, loop.config.block_size, loop.model.dtype, loop.device)
-    for block in work.releases:  # read: the moves' sources were staged when the step was made
-        loop.mailbox.post(loop.rm.release, block)
+    if work.releases:  # read: the moves' sources were staged when the step was made
+        loop.mailbox.post(loop.rm.release_blocks, work.releases)
     with torch.inference_mode():
         for layer in range(loop.model.config.num_layers):
             step.attend(layer)
