@@ -86,6 +86,8 @@ class Engine:
         self._heard = Memo()  # (gManager, changes) at the last heartbeats
         self._lendable = Memo()  # each instance's lendable room, their sum, the pooled room of those asked, per memory
         self._none_to_fill = Memo()  # (changes) at a fill_idle that found nothing
+        self._targets = Memo()  # pool_targets, per (memory, queues) changes
+        self._min_need = Memo()  # min_waiting_blocks, per queue changes
         self.finished: list[Sequence] = []
 
     def recommend(self, debtor_inst: int, num_blocks: int) -> list[int]:
@@ -109,15 +111,18 @@ class Engine:
         inst.scheduler.add(seq)
         return inst.inst_id
 
-    def pool_targets(self) -> list[tuple[int, Instance]]:
-        """(rBlocks it could admit now with what creditors lend, instance) of every instance with an empty queue
-        and room in its batch: where redispatch may hand a request. Valid until memory or a queue changes."""
+    def pool_targets(self) -> list[Instance]:
+        """The instances with an empty queue and room in their batch, the most free memory first (ties: the lowest
+        id): where redispatch may hand a request, in its order of preference (read once per change of memory or
+        queues)."""
+        return self._targets.get((self.changes.memory, self.changes.queues), self._pool_targets_now)
+
+    def _pool_targets_now(self) -> list[Instance]:
         free = [i for i in self.instances if not i.scheduler.waiting
                 and len(i.scheduler.running) < i.scheduler.max_batch_size]
-        if not free:
-            return []
-        room = self._pooled_room()
-        return [(room(i), i) for i in free]
+        if len(free) > 1:
+            free.sort(key=lambda i: (-i.rm.num_free, i.inst_id))
+        return free
 
     def _pooled_room(self):
         """inst -> rBlocks it could admit now with what creditors lend; valid until memory changes (read once
@@ -130,23 +135,35 @@ class Engine:
             return rooms[inst.inst_id]
         return room
 
+    def min_waiting_blocks(self) -> int | None:
+        """The fewest rBlocks a waiting request of the cluster needs at admission (None: nothing waits)."""
+        return self._min_need.get(self.changes.queues, self._min_waiting_blocks_now)
+
+    def _min_waiting_blocks_now(self) -> int | None:
+        return min((n for i in self.instances if (n := i.scheduler.min_waiting_blocks) is not None), default=None)
+
+    def _most_pooled_room(self) -> int:
+        """A bound on every instance's pooled room: all of an instance, plus all the creditors may lend."""
+        return self.config.blocks_per_instance_total + self._lendable.get(self.changes.memory, self._lendable_now)[1]
+
     def _lendable_now(self) -> tuple[list[int], int, dict[int, int]]:
         lendable = [i.rm.num_lendable for i in self.instances]
         return lendable, sum(lendable), {}
 
-    def redispatch(self, inst: Instance, targets: list | None = None) -> Instance | None:
+    def redispatch(self, inst: Instance) -> Instance | None:
         """Admission against the pool: when `inst` cannot admit its first waiting request now, hand it to the
         front of an instance with an empty queue that can (local room plus what creditors lend); that instance,
-        or None. `targets`: pool_targets() when the caller has them."""
+        or None."""
         s = inst.scheduler
         if not (self.config.pooling and s.waiting and s.is_head_blocked):
             return None
         need = num_blocks_for(s.waiting[0].num_tokens, self.config.block_size)
-        fits = [other for room, other in (self.pool_targets() if targets is None else targets)
-                if other is not inst and need <= room]
-        if not fits:
+        if need > self._most_pooled_room():
+            return None  # (the common case: a request larger than an instance, with creditors short of room)
+        room = self._pooled_room()
+        other = next((o for o in self.pool_targets() if o is not inst and need <= room(o)), None)
+        if other is None:
             return None
-        other = min(fits, key=lambda i: (-i.rm.num_free, i.inst_id))  # the most free memory
         other.scheduler.add_first(s.take_waiting())
         s.is_head_blocked = False
         return other
@@ -157,11 +174,13 @@ class Engine:
         queue first, then the others' in id order) to the front of its queue. The instances that got one."""
         if not self.config.pooling:
             return []
-        if not any(inst.scheduler.waiting for inst in self.instances):
-            return []
         changes = (self.changes.memory, self.changes.queues)
         if self._none_to_fill.holds(changes):
             return []  # nothing changed since a call that found nothing
+        least = self.min_waiting_blocks()
+        if least is None or least > self._most_pooled_room():
+            self._none_to_fill.set(changes)
+            return []  # nothing waits, or nothing waiting fits anywhere
         bs = self.config.block_size
         filled = []
         pooled_room = min_need = least = None  # read once: memory does not change in this loop, queues rarely

@@ -98,18 +98,13 @@ class Handoff(Event):
     inst_ids: tuple[int, ...]
 
     def handle(self, sim: Simulator) -> list[Event]:
-        engine, caused, targets = sim.engine, [], None
+        engine, caused = sim.engine, []
         key = (sim.changes.memory, sim.changes.queues, self.inst_ids)
         if sim.quiet_handoff.holds(key):
             return []  # the same instances, nothing changed since a handoff that did nothing
         for inst_id in self.inst_ids:
             inst = engine.instances[inst_id]
-            if not inst.scheduler.waits_for_others:
-                continue
-            targets = engine.pool_targets() if targets is None else targets  # (redispatch changes no memory)
-            target = engine.redispatch(inst, targets)
-            if target is not None:
-                targets = None  # its queue is no longer empty
+            if inst.scheduler.waits_for_others and (target := engine.redispatch(inst)) is not None:
                 caused += sim.handed(target, self.time_s)
         for idle in engine.fill_idle():
             caused += sim.handed(idle, self.time_s)

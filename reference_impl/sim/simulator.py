@@ -57,7 +57,6 @@ class Simulator:
         self.idle_waiting_inst_s = 0.0
         self.changes = self.engine.changes
         self._free = Memo()  # free rBlocks of the cluster, per memory change count
-        self._need = Memo()  # fewest rBlocks a waiting request needs, per queue change count
         self.quiet_handoff = Memo()  # (changes, instances) of a Handoff that did nothing
         self._queue: list[tuple[float, int, Event]] = []
         self._order = itertools.count()
@@ -202,12 +201,8 @@ class Simulator:
 
     def waiting_fits(self) -> bool:
         """Some waiting request's KV (its tokens so far) fits the cluster's free rBlocks."""
-        need = self._need.get(self.changes.queues, self._min_need)
+        need = self.engine.min_waiting_blocks()
         return need is not None and need <= self._free.get(self.changes.memory, self._num_free)
-
-    def _min_need(self) -> int | None:
-        return min((n for i in self.engine.instances if (n := i.scheduler.min_waiting_blocks) is not None),
-                   default=None)
 
     def _num_free(self) -> int:
         return sum(i.rm.num_free for i in self.engine.instances)
