@@ -84,7 +84,10 @@ class Engine:
         self.num_swaps = 0  # DGFM swaps carried out
         self._sent = Memo()  # inst_id -> its state at its last heartbeat, per gManager
         self._heard = Memo()  # (gManager, changes) at the last heartbeats
-        self._lendable = Memo()  # each instance's lendable room, their sum, the pooled room of those asked, per memory
+        self._room = Memo()  # each instance's lendable room, their sum, the pooled room of those asked, per memory
+        self._lendable = [i.rm.num_lendable for i in self.instances]  # kept up to date by _room_now
+        self._free = [i.rm.num_free for i in self.instances]
+        self.changes.changed_rms.clear()
         self._none_to_fill = Memo()  # (changes) at a fill_idle that found nothing
         self._targets = Memo()  # pool_targets, per (memory, queues) changes
         self._min_need = Memo()  # min_waiting_blocks, per queue changes
@@ -127,7 +130,7 @@ class Engine:
     def _pooled_room(self):
         """inst -> rBlocks it could admit now with what creditors lend; valid until memory changes (read once
         per count of memory changes: many events change no memory)."""
-        lendable, total_lendable, rooms = self._lendable.get(self.changes.memory, self._lendable_now)
+        lendable, total_lendable, rooms, _ = self._room.get(self.changes.memory, self._room_now)
 
         def room(inst: Instance) -> int:
             if inst.inst_id not in rooms:
@@ -144,11 +147,20 @@ class Engine:
 
     def _most_pooled_room(self) -> int:
         """A bound on every instance's pooled room: all of an instance, plus all the creditors may lend."""
-        return self.config.blocks_per_instance_total + self._lendable.get(self.changes.memory, self._lendable_now)[1]
+        return self.config.blocks_per_instance_total + self._room.get(self.changes.memory, self._room_now)[1]
 
-    def _lendable_now(self) -> tuple[list[int], int, dict[int, int]]:
-        lendable = [i.rm.num_lendable for i in self.instances]
-        return lendable, sum(lendable), {}
+    def num_free(self) -> int:
+        """Free rBlocks in the cluster."""
+        return self._room.get(self.changes.memory, self._room_now)[3]
+
+    def _room_now(self) -> tuple[tuple[int, ...], int, dict[int, int], int]:
+        """(each instance's lendable rBlocks, their sum, pooled rooms read so far, free rBlocks in all); only
+        the rManagers changed since the last call are read again."""
+        for i in self.changes.changed_rms:
+            rm = self.rmanagers[i]
+            self._lendable[i], self._free[i] = rm.num_lendable, rm.num_free
+        self.changes.changed_rms.clear()
+        return tuple(self._lendable), sum(self._lendable), {}, sum(self._free)
 
     def redispatch(self, inst: Instance) -> Instance | None:
         """Admission against the pool: when `inst` cannot admit its first waiting request now, hand it to the

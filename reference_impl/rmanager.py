@@ -97,6 +97,7 @@ class RManager(KVMoves):
         """Count a change of this rManager's state (blocks, reservations, counts, moves, entries)."""
         self.version += 1
         self.changes.memory += 1
+        self.changes.changed_rms.add(self.inst_id)
 
     def _reserve(self, req_id: int, num_blocks: int) -> None:
         """Change the reservation of `req_id` by `num_blocks` (negative: give room back)."""

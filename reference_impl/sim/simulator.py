@@ -56,7 +56,6 @@ class Simulator:
         self.num_idle_waiting = 0  # instances running no step while a waiting request fits the free rBlocks
         self.idle_waiting_inst_s = 0.0
         self.changes = self.engine.changes
-        self._free = Memo()  # free rBlocks of the cluster, per memory change count
         self.quiet_handoff = Memo()  # (changes, instances) of a Handoff that did nothing
         self._queue: list[tuple[float, int, Event]] = []
         self._order = itertools.count()
@@ -202,10 +201,7 @@ class Simulator:
     def waiting_fits(self) -> bool:
         """Some waiting request's KV (its tokens so far) fits the cluster's free rBlocks."""
         need = self.engine.min_waiting_blocks()
-        return need is not None and need <= self._free.get(self.changes.memory, self._num_free)
-
-    def _num_free(self) -> int:
-        return sum(i.rm.num_free for i in self.engine.instances)
+        return need is not None and need <= self.engine.num_free()
 
     def idle_waiting_frac(self) -> float:
         span_s = self.last_s - (self.start_s or 0.0)
