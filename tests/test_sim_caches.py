@@ -27,6 +27,14 @@ def test_the_gmanager_and_the_cached_reads_match_a_fresh_look(monkeypatch):
         for i in instances:
             fresh = i.rm.num_admissible(True, sum(lendable) - lendable[i.inst_id])
             assert room(i) == fresh == i.rm.num_admissible(True)
+            assert fresh <= engine._most_pooled_room()  # the bound that ends admission checks early
+        assert engine.num_free() == sum(i.rm.num_free for i in instances)
+        needs = [n for i in instances if (n := i.scheduler.min_waiting_blocks) is not None]
+        assert engine.min_waiting_blocks() == (min(needs) if needs else None)
+        free = sorted((i for i in instances if not i.scheduler.waiting
+                       and len(i.scheduler.running) < i.scheduler.max_batch_size),
+                      key=lambda i: (-i.rm.num_free, i.inst_id))
+        assert engine.pool_targets() == free
         seen["rounds"] += 1
         seen["instances"] += len(instances)
 
