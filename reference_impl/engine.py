@@ -195,7 +195,7 @@ class Engine:
             return []  # nothing waits, or nothing waiting fits anywhere
         bs = self.config.block_size
         filled = []
-        pooled_room = min_need = least = None  # read once: memory does not change in this loop, queues rarely
+        pooled_room = min_need = None  # read once: memory does not change in this loop, queues rarely
         for inst in self.instances:
             s = inst.scheduler
             if s.running or (s.waiting and not s.is_head_blocked):
@@ -203,10 +203,9 @@ class Engine:
             if pooled_room is None:
                 pooled_room = self._pooled_room()
                 min_need = [i.scheduler.min_waiting_blocks for i in self.instances]
-            if least is None:
-                least = min((n for n in min_need if n is not None), default=-1)
             room = pooled_room(inst)
-            if least < 0 or room < least:
+            least = self.min_waiting_blocks()  # (read again only after a hand-over below changed the queues)
+            if least is None or room < least:
                 continue  # no waiting request fits
             for other in [inst] + [i for i in self.instances if i is not inst and i not in filled]:
                 if min_need[other.inst_id] is None or min_need[other.inst_id] > room:
@@ -224,7 +223,6 @@ class Engine:
                 filled.append(inst)
                 for changed in (other, inst):
                     min_need[changed.inst_id] = changed.scheduler.min_waiting_blocks
-                least = None
                 break
         if not filled:
             self._none_to_fill.set(changes)

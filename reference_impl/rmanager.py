@@ -90,8 +90,7 @@ class RManager(KVMoves):
 
     @property
     def can_borrow(self) -> bool:
-        return not (self.exclusive_roles
-                    and (len(self.pool.owner) > self.num_home_here or self._num_remote_reserved > 0))
+        return not (self.exclusive_roles and self.is_creditor)
 
     def note_change(self) -> None:
         """Count a change of this rManager's state (blocks, reservations, counts, moves, entries)."""
@@ -297,7 +296,7 @@ class RManager(KVMoves):
         """rBlocks a new request could get now: free here (reservations for remote KV may be taken back), plus
         what creditors may lend when `pooled` and this instance may borrow (`peers_lendable`: their sum, when
         the caller has read it already)."""
-        here = self.pool.num_capacity - len(self.pool.owner) - self._num_reserved + self._num_remote_reserved
+        here = self.num_free + self._num_remote_reserved
         if not (pooled and self.can_borrow):
             return here
         if peers_lendable is None:  # (admission is retried every step: memoised when the peers share `changes`)

@@ -131,9 +131,6 @@ class RemoteRManager:
             self.mirror.pop(req_id, None)
         self.send("cancel_reservation", req_id, num_blocks)
 
-    def release(self, block: RBlock) -> None:
-        self.release_blocks([block])
-
     def release_blocks(self, blocks: list[RBlock]) -> None:
         now = []
         for block in blocks:
