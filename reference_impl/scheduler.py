@@ -191,8 +191,9 @@ class Scheduler:
             self.num_retrievable -= self.rm.retrieve(room)
 
     def _run(self, seqs: list[Sequence]) -> None:
-        self.running.extend(seqs)
-        self.changes.queues += 1
+        if seqs:
+            self.running.extend(seqs)
+            self.changes.queues += 1
 
     def remove_running(self, seq: Sequence) -> None:
         self.running.remove(seq)
