@@ -81,6 +81,17 @@ WARMUP_FRAC = 0.1
 DRAIN_FRAC = 0.1
 
 
+def steady_start_s(sorted_arrivals_s) -> float:
+    """Where the steady-state window starts: the arrival of request number ceil(WARMUP_FRAC * N)."""
+    n = len(sorted_arrivals_s)
+    return float(sorted_arrivals_s[min(n - 1, int(np.ceil(WARMUP_FRAC * n)))])
+
+
+def drain_rank(num_requests: int) -> int:
+    """The window ends (at the latest arrival or later) when this many requests have finished."""
+    return int(np.ceil((1 - DRAIN_FRAC) * num_requests))
+
+
 @dataclass(frozen=True, slots=True)
 class Summary:
     num_requests: int
@@ -156,9 +167,9 @@ def summarize_records(records, step_end_s=(), step_tokens=()) -> Summary:
         window_tok_s = _tokens_between(ends, tokens, start, start + window_s) / window_s
     else:
         window_tok_s = out / span if span > 0 else 0.0
-    steady_start = float(arrivals[min(n - 1, int(np.ceil(WARMUP_FRAC * n)))])
+    steady_start = steady_start_s(arrivals)
     finishes = np.sort([r.finish_s for r in done])
-    steady_end = max(float(arrivals[-1]), float(finishes[min(len(done), int(np.ceil((1 - DRAIN_FRAC) * n))) - 1]))
+    steady_end = max(float(arrivals[-1]), float(finishes[min(len(done), drain_rank(n)) - 1]))
     steady_s = steady_end - steady_start
     if steady_s > 0 and len(ends):
         steady_out = _tokens_between(ends, tokens, steady_start, steady_end) / steady_s

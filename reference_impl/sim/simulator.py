@@ -22,7 +22,7 @@ import itertools
 
 from reference_impl.memo import Memo
 from reference_impl.sequence import Sequence
-from reference_impl.serving.records import FINISHED, REJECTED, RequestRecord, ServingRun
+from reference_impl.serving.records import FINISHED, REJECTED, RequestRecord, ServingRun, drain_rank
 from reference_impl.sim.backend import SimBackend, StepCost, build_engine
 from reference_impl.sim.config import SimConfig
 from reference_impl.sim.events import MAX_NOOP_STEPS_PER_INSTANT, Arrival, Event, GManagerRound, Handoff, Step
@@ -33,9 +33,9 @@ class Simulator:
     SimBackend, the requests' records, which instances have a step in flight, the idle-while-work-waits time)."""
 
     def __init__(self, config: SimConfig, requests, *, max_sim_s: float = float("inf"), on_event=None,
-                 on_round=None, prefill_elsewhere: bool = False):
+                 on_round=None, prefill_elsewhere: bool = False, steady_only: bool = False):
         self.config = config
-        self.max_sim_s = max_sim_s
+        self.max_sim_s = max_sim_s  # lowered to the steady-state window's end once known, with steady_only
         self.on_event, self.on_round = on_event, on_round
         self.records = {r.req_id: RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len) for r in requests}
         self.result = ServingRun(list(self.records.values()))
@@ -59,6 +59,7 @@ class Simulator:
         self.quiet_handoff = Memo()  # (changes, instances) of a Handoff that did nothing
         self._queue: list[tuple[float, int, Event]] = []
         self._order = itertools.count()
+        self._steady = _SteadyEnd(requests) if steady_only and requests else None
         self.schedule([Arrival(r.arrival_s, r) for r in sorted(requests, key=lambda r: (r.arrival_s, r.req_id))])
         if config.pooling:
             self.schedule([GManagerRound(0.0)])
@@ -95,6 +96,8 @@ class Simulator:
     def arrived(self, seq: Sequence, inst_id: int | None) -> None:
         """A request arrived and was dispatched to `inst_id` (None: rejected, the cluster cannot hold it)."""
         self.arrivals_left -= 1
+        if not self.arrivals_left and self._steady is not None:
+            self._may_stop_at_steady_end()
         record = self.records[seq.req_id]
         if inst_id is None:
             record.status = REJECTED
@@ -120,6 +123,14 @@ class Simulator:
             record = records[seq.req_id]
             record.status, record.finish_s, record.num_preemptions = FINISHED, end_s, seq.num_preemptions
             self.pending -= 1
+            if self._steady is not None:
+                self._steady.finished(end_s)
+                self._may_stop_at_steady_end()
+
+    def _may_stop_at_steady_end(self) -> None:
+        end_s = self._steady.end_s() if not self.arrivals_left else None
+        if end_s is not None:
+            self.max_sim_s = min(self.max_sim_s, end_s)
 
     def stepping(self, inst_id: int, is_busy: bool, is_computing: bool) -> None:
         """Whether `inst_id` has a step queued now, and whether that step runs work (not only a KV transfer)."""
@@ -208,13 +219,39 @@ class Simulator:
         return self.idle_waiting_inst_s / (span_s * self.config.num_instances) if span_s > 0 else 0.0
 
 
+class _SteadyEnd:
+    """Where a run's steady-state window (serving/records.py) ends, known before the run does: at the later of
+    the last arrival and the drain_rank-th smallest finish time. Steps are recorded when they start, so once the
+    clock passes that time no later finish can come before it and the window's tokens are all recorded. (The
+    window is not empty then: one of the first drain_rank requests to finish arrived after the warm-up.)"""
+
+    def __init__(self, requests):
+        self.last_arrival_s = max(r.arrival_s for r in requests)
+        self.rank = drain_rank(len(requests))
+        self._smallest: list[float] = []  # the `rank` smallest finish times so far, negated (a max-heap)
+
+    def finished(self, finish_s: float) -> None:
+        if len(self._smallest) < self.rank:
+            heapq.heappush(self._smallest, -finish_s)
+        elif -finish_s > self._smallest[0]:
+            heapq.heapreplace(self._smallest, -finish_s)
+
+    def end_s(self) -> float | None:
+        """The window's end, once `rank` requests have finished (None before)."""
+        if len(self._smallest) < self.rank:
+            return None
+        return max(self.last_arrival_s, -self._smallest[0])
+
+
 def simulate(config: SimConfig, requests, *, max_sim_s: float = float("inf"), on_event=None, on_round=None,
-             prefill_elsewhere: bool = False) -> ServingRun:
+             prefill_elsewhere: bool = False, steady_only: bool = False) -> ServingRun:
     """Serve `requests` (objects with req_id, arrival_s, prompt_len, output_len) on the cluster of `config`
     until every request finished, was rejected, or is stuck, or `max_sim_s` passed; `on_event(now_s)` is called
     after each event and `on_round(now_s, engine)` after each gManager round. `prefill_elsewhere`: prompts arrive
     with their KV computed by a separate prefill pool, so prefill steps take no time here (their KV is still
     allocated, spilled and placed by the engine as usual): for studying decode-phase memory behaviour at lengths
-    whose prefill alone would take minutes."""
+    whose prefill alone would take minutes. `steady_only`: stop once the steady-state window has ended; its
+    rates (`steady_output_tok_s`, `steady_total_tok_s`) are the full run's, bit for bit, while latencies and
+    counts miss the requests still running (for probes, which read only the steady rate)."""
     return Simulator(config, requests, max_sim_s=max_sim_s, on_event=on_event, on_round=on_round,
-                     prefill_elsewhere=prefill_elsewhere).run()
+                     prefill_elsewhere=prefill_elsewhere, steady_only=steady_only).run()

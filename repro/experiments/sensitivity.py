@@ -17,6 +17,8 @@ output rate of those points is its max throughput. Cheaper than a whole curve (t
 and seed instead of >= 12); the `default` arm is the e2e configuration, so its ratio checks this shortcut
 against the e2e curves (as many requests a probe as an e2e point; the default arms of the five inputs are one
 configuration, run once). `probe_ratio` is the ratio of the probes alone (the reading before the plateau rule).
+Only each point's steady-state rate is read, so every simulation stops at the end of its steady-state window
+(PointTask.steady_only).
 """
 import dataclasses
 from functools import partial
@@ -76,7 +78,8 @@ def point_with_prefill(prefill_flops_per_s: float, task) -> dict:
     per_pair = 4 * model_spec(cfg.model).hidden / cfg.tp / prefill_flops_per_s
     sim_config._MODELS[key] = dataclasses.replace(model, prefill_attn_s_per_pair=per_pair)
     try:
-        return run_point(task.system, task.base, task.requests, task.rate_per_s, task.seed)
+        return run_point(task.system, task.base, task.requests, task.rate_per_s, task.seed,
+                         steady_only=task.steady_only)
     finally:
         sim_config._MODELS[key] = model
 
@@ -163,7 +166,7 @@ def run(params, log) -> dict:
 
 def _probe_tasks(g: CurveGroup, system: str, seed: int, rate_per_s: float) -> list[PointTask]:
     return [PointTask(system, g.base, probe_requests(g, rate_per_s, seed), rate_per_s, f"{g.label} plateau", seed,
-                      g.runner)]
+                      g.runner, steady_only=True)]
 
 
 def arm_plateau(per_seed: list[CurveGroup], seeds) -> dict:

@@ -71,8 +71,8 @@ def find_saturation(groups: list[CurveGroup], seed: int, log, pool) -> None:
         pending += [(g, s, start) for s in g.systems]
     grown, refined = {}, set()  # (group, system) -> probes grown so far; those refined once
     while pending:
-        tasks = [PointTask(s, g.base, probe_requests(g, rate, seed), rate, f"{g.label} probe", seed, g.runner)
-                 for g, s, rate in pending]
+        tasks = [PointTask(s, g.base, probe_requests(g, rate, seed), rate, f"{g.label} probe", seed, g.runner,
+                           steady_only=True) for g, s, rate in pending]
         retry = []
         for (g, s, rate), p in zip(pending, run_tasks(tasks, log, pool)):
             key = (id(g), s)

@@ -41,11 +41,14 @@ def nominal_rate_per_s(config: SimConfig, requests) -> float:
     return config.num_instances / (prefill_s + output * decode_s / batch)
 
 
-def run_point(system: str, base: SimConfig, requests, rate_per_s: float, seed: int = 0) -> dict:
-    """One simulated point: `system` (a policy over `base`) serving `requests`; the schema's point record."""
+def run_point(system: str, base: SimConfig, requests, rate_per_s: float, seed: int = 0, *,
+              steady_only: bool = False) -> dict:
+    """One simulated point: `system` (a policy over `base`) serving `requests`; the schema's point record.
+    `steady_only`: the run stops at the end of its steady-state window (simulate), for a point of which only
+    `steady_output_tok_s` is read."""
     config = system_config(system, base)
     start = time.perf_counter()
-    result = simulate(config, requests)
+    result = simulate(config, requests, steady_only=steady_only)
     return ServingPoint.of_result(system, rate_per_s, result, wall_s=time.perf_counter() - start,
                                   seed=seed).to_dict()
 
@@ -53,7 +56,9 @@ def run_point(system: str, base: SimConfig, requests, rate_per_s: float, seed: i
 @dataclass(frozen=True, slots=True)
 class PointTask:
     """One simulated point to run: a system on a cluster, the requests, and the label its log line carries.
-    `runner` (a picklable callable taking the task) replaces run_point, e.g. for a calibration variant."""
+    `runner` (a picklable callable taking the task) replaces run_point, e.g. for a calibration variant.
+    `steady_only`: only the point's steady-state rate is read (a probe), so a simulation may stop at the end of
+    that window (run_point)."""
     system: str
     base: SimConfig
     requests: tuple
@@ -61,6 +66,7 @@ class PointTask:
     label: str
     seed: int = 0
     runner: object = None
+    steady_only: bool = False
 
     @property
     def cost(self) -> float:
@@ -71,13 +77,13 @@ class PointTask:
 def _run_task(task: PointTask) -> dict:
     if task.runner is not None:
         return task.runner(task)
-    return run_point(task.system, task.base, task.requests, task.rate_per_s, task.seed)
+    return run_point(task.system, task.base, task.requests, task.rate_per_s, task.seed, steady_only=task.steady_only)
 
 
 def _log_point(log, task: PointTask, p: dict) -> None:
     log(f"  {task.label} {task.system:<13} seed {task.seed} rate {task.rate_per_s:9.4g}/s  "
-        f"{p['steady_output_tok_s']:9.1f} steady out tok/s  finished {p['num_finished']}/{p['num_requests']}  "
-        f"({p['wall_s']:.1f} s)")
+        f"{p['steady_output_tok_s']:9.1f} steady out tok/s  finished {p['num_finished']}/{p['num_requests']}"
+        f"{' by the window end' if task.steady_only else ''}  ({p['wall_s']:.1f} s)")
 
 
 @contextmanager
