@@ -145,7 +145,7 @@ class Engine:
     def _min_waiting_blocks_now(self) -> int | None:
         return min((n for i in self.instances if (n := i.scheduler.min_waiting_blocks) is not None), default=None)
 
-    def _most_pooled_room(self) -> int:
+    def most_pooled_room(self) -> int:
         """A bound on every instance's pooled room: all of an instance, plus all the creditors may lend."""
         return self.config.blocks_per_instance_total + self._room.get(self.changes.memory, self._room_now)[1]
 
@@ -169,8 +169,8 @@ class Engine:
         s = inst.scheduler
         if not (self.config.pooling and s.waiting and s.is_head_blocked):
             return None
-        need = num_blocks_for(s.waiting[0].num_tokens, self.config.block_size)
-        if need > self._most_pooled_room():
+        need = s.head_blocks
+        if need > self.most_pooled_room():
             return None  # (the common case: a request larger than an instance, with creditors short of room)
         room = self._pooled_room()
         other = next((o for o in self.pool_targets() if o is not inst and need <= room(o)), None)
@@ -190,7 +190,7 @@ class Engine:
         if self._none_to_fill.holds(changes):
             return []  # nothing changed since a call that found nothing
         least = self.min_waiting_blocks()
-        if least is None or least > self._most_pooled_room():
+        if least is None or least > self.most_pooled_room():
             self._none_to_fill.set(changes)
             return []  # nothing waits, or nothing waiting fits anywhere
         bs = self.config.block_size

@@ -169,14 +169,18 @@ class Scheduler:
         return self.recommend is not None and self.rm.exclusive_roles and self.rm.is_creditor
 
     @property
+    def head_blocks(self) -> int:
+        """rBlocks the first waiting request needs at admission (there must be one)."""
+        return num_blocks_for(self.waiting[0].num_tokens, self.block_size)
+
+    @property
     def waits_for_others(self) -> bool:
         """A step here can change nothing until another instance acts: nothing runs, and the first waiting request
         was refused and is larger than this instance, while it is a creditor that may not borrow (so it neither
         admits it nor calls room back for it: _admit)."""
         if self.running or not self.waiting or not self._head_blocked or self.rm.moves:
             return False
-        return (num_blocks_for(self.waiting[0].num_tokens, self.block_size) > self.rm.pool.num_capacity
-                and self._lends_and_may_not_borrow)
+        return self.head_blocks > self.rm.pool.num_capacity and self._lends_and_may_not_borrow
 
     def _may_retrieve(self) -> None:
         if self.recommend is None or not self.rm.num_borrowed:

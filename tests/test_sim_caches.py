@@ -27,7 +27,7 @@ def test_the_gmanager_and_the_cached_reads_match_a_fresh_look(monkeypatch):
         for i in instances:
             fresh = i.rm.num_admissible(True, sum(lendable) - lendable[i.inst_id])
             assert room(i) == fresh == i.rm.num_admissible(True)
-            assert fresh <= engine._most_pooled_room()  # the bound that ends admission checks early
+            assert fresh <= engine.most_pooled_room()  # the bound that ends admission checks early
         assert engine.num_free() == sum(i.rm.num_free for i in instances)
         needs = [n for i in instances if (n := i.scheduler.min_waiting_blocks) is not None]
         assert engine.min_waiting_blocks() == (min(needs) if needs else None)

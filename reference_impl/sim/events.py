@@ -102,9 +102,13 @@ class Handoff(Event):
         key = (sim.changes.memory, sim.changes.queues, self.inst_ids)
         if sim.quiet_handoff.holds(key):
             return []  # the same instances, nothing changed since a handoff that did nothing
+        bound = engine.most_pooled_room()  # (memory does not change in this loop, so neither does the bound)
         for inst_id in self.inst_ids:
             inst = engine.instances[inst_id]
-            if inst.scheduler.waits_for_others and (target := engine.redispatch(inst)) is not None:
+            s = inst.scheduler
+            if s.waiting and s.head_blocks > bound:
+                continue  # redispatch would refuse it (the common case): skip the checks before it
+            if s.waits_for_others and (target := engine.redispatch(inst)) is not None:
                 caused += sim.handed(target, self.time_s)
         for idle in engine.fill_idle():
             caused += sim.handed(idle, self.time_s)
