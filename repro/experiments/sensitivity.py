@@ -11,14 +11,16 @@ the reproduction is least sure of, changed for every system alike, one at a time
 - chunked prefill on (`chunked_prefill_tokens`=512) / off, when the simulator has that option (issue 13).
 
 Max throughput per arm is the plateau of the probes of curves.find_saturation, extended by the rule of
-repro/serving/plateau.py: each system serves the requests at probe rates up to past its saturation; while its two
-highest probe rates disagree by more than 5% it serves twice the top rate again; the highest steady-state
-output rate of those points is its max throughput. Cheaper than a whole curve (two to four points per system
-and seed instead of >= 12); the `default` arm is the e2e configuration, so its ratio checks this shortcut
-against the e2e curves (as many requests a probe as an e2e point; the default arms of the five inputs are one
-configuration, run once). `probe_ratio` is the ratio of the probes alone (the reading before the plateau rule).
-Only each point's steady-state rate is read, so every simulation stops at the end of its steady-state window
-(PointTask.steady_only).
+repro/serving/plateau.py: on the first seed each system serves the requests at probe rates up to past its
+saturation; while its two highest rates disagree by more than 5% it serves twice the top rate again (at most
+plateau.MAX_EXTENSIONS times, as the curves); the highest steady-state output rate of those points is its max
+throughput. Each later seed starts where the first read its plateau (its top two rates and the rate of its
+highest point; the curves likewise search saturation on the first seed only) and goes on by the same rule.
+Cheaper than a whole curve (two to four points per system and seed instead of >= 12); the `default` arm is the
+e2e configuration, so its ratio checks this shortcut against the e2e curves (as many requests a probe as an e2e
+point; the default arms of the five inputs are one configuration, run once). `probe_ratio` is the first seed's
+ratio of the probes alone (the reading before the plateau rule). Only each point's steady-state rate is read,
+so every simulation stops at the end of its steady-state window (PointTask.steady_only).
 """
 import dataclasses
 from functools import partial
@@ -29,7 +31,7 @@ from repro.experiments.base import ClaimRow, Experiment, RunParams, default_run_
 from repro.experiments.e2e import GPU, PAPER, curve_groups, sizes
 from repro.experiments.figures import main_result
 from repro.experiments.params import Param, int_list
-from repro.serving.tasks import PointTask, default_workers, point_pool, run_point, typed
+from repro.serving.tasks import PointTask, default_workers, point_pool, run_point, run_tasks, typed
 from repro.serving.curves import CurveGroup, find_saturation, probe_requests
 from repro.serving.plateau import Climb, extend_to_plateau, max_tput_tok_s, reaches_plateau
 from reference_impl.calibration.specs import model_spec
@@ -41,7 +43,6 @@ from reference_impl.sim.systems import system_config
 CALIBRATED_PREFILL_TFLOPS = 190  # reference_impl/calibration/specs.json (FlashAttention-2 on A100)
 LONG_QUANTILE = 0.9
 CHUNK_TOKENS = 512
-ARM_EXTENSIONS = 3  # the plateau rule's doublings per climb here: 1080 single-seed climbs (the curves take 6)
 ARMS = {  # input -> ((label, value), ...); the default value of each input is one of its arms
     "prefill_tflops": ((43.5, "DistServe fit"), (144, "H100 measured x 312/989"), (190, "FlashAttention-2 A100"),
                        (230, "FlashAttention-2 A100, high")),
@@ -144,17 +145,12 @@ def run(params, log) -> dict:
     runs = distinct_runs([a[4] for a in arms])
     rows = []
     with point_pool(default_workers(params)) as pool:
-        per_seed = []
+        per_seed, first = [], None
         for seed in seeds:
             fresh = [dataclasses.replace(a[4], saturation_per_s={}, probe_points={}, info=dict(a[4].info)) for a in arms]
             distinct = [fresh[i] for i in sorted(set(runs))]
-            find_saturation(distinct, seed, log, pool)
-            probes = [{s: list(g.probe_points.get(s, [])) for s in g.systems} for g in distinct]
-            extend_to_plateau([Climb(g.probe_points[s], partial(_probe_tasks, g, s, seed))
-                               for g in distinct for s in g.systems if s in g.probe_points], log, pool,
-                              max_extensions=ARM_EXTENSIONS)
-            for g, before in zip(distinct, probes):
-                g.info["_probe_points"] = before
+            climb_seed(distinct, first, seed, log, pool)
+            first = first or distinct
             per_seed.append([fresh[runs[i]] for i in range(len(arms))])
     for i, (inp, value, label, g, _) in enumerate(arms):
         rows.append({"input": inp, "value": str(value), "label": label, "default": value == DEFAULTS[inp],
@@ -164,21 +160,53 @@ def run(params, log) -> dict:
     return {"gpu": GPU, "seeds": list(seeds), "rows": rows, "notes": notes}
 
 
-def _probe_tasks(g: CurveGroup, system: str, seed: int, rate_per_s: float) -> list[PointTask]:
-    return [PointTask(system, g.base, probe_requests(g, rate_per_s, seed), rate_per_s, f"{g.label} plateau", seed,
+def climb_seed(groups: list[CurveGroup], first: list[CurveGroup] | None, seed: int, log, pool) -> None:
+    """One seed's climbs: each group's systems probed to past saturation (the first seed; `first` None) or served
+    at the first seed's reading rates (`first`: the first seed's groups, in the same order), then extended to the
+    plateau. Fills each group's probe_points (every point of the climb) and info["_probe_points"] (the first
+    seed's probes alone)."""
+    if first is None:
+        find_saturation(groups, seed, log, pool)
+    else:
+        serve_reading_rates(groups, first, seed, log, pool)
+    probes = [{s: list(g.probe_points.get(s, [])) for s in g.systems} for g in groups]
+    extend_to_plateau([Climb(g.probe_points[s], partial(_probe_tasks, g, s, seed))
+                       for g in groups for s in g.systems if s in g.probe_points], log, pool)
+    for g, before in zip(groups, probes):
+        g.info["_probe_points"] = before if first is None else {}
+
+
+def _probe_tasks(g: CurveGroup, system: str, seed: int, rate_per_s: float, label: str = "plateau") -> list[PointTask]:
+    return [PointTask(system, g.base, probe_requests(g, rate_per_s, seed), rate_per_s, f"{g.label} {label}", seed,
                       g.runner, steady_only=True)]
+
+
+def reading_rates(points: list[dict]) -> list[float]:
+    """Where a climb read its plateau: its top two rates (the rule's check) and the rate of its highest point."""
+    top_two = sorted({p["rate_per_s"] for p in points})[-2:]
+    best = max(points, key=lambda p: p["steady_output_tok_s"])["rate_per_s"]
+    return sorted(set(top_two) | {best})
+
+
+def serve_reading_rates(groups: list[CurveGroup], first: list[CurveGroup], seed: int, log, pool) -> None:
+    """A later seed's start (in place of find_saturation): each system serves the rates at which the first seed's
+    climb read its plateau (reading_rates), all groups in one pool round; the plateau rule then goes on from there."""
+    pairs = [(g, s, rate) for g, g0 in zip(groups, first) for s in g.systems if s in g0.probe_points
+             for rate in reading_rates(g0.probe_points[s])]
+    tasks = [_probe_tasks(g, s, seed, rate, "seed-0 rates")[0] for g, s, rate in pairs]
+    for (g, s, _), point in zip(pairs, run_tasks(tasks, log, pool)):
+        g.probe_points.setdefault(s, []).append(point)
 
 
 def arm_plateau(per_seed: list[CurveGroup], seeds) -> dict:
     """One arm's row fields from its group of each seed: the ratio of the plateaus (probes extended to where the
-    top two agree) with its spread, the ratio of the probes alone, each system's plateau per seed, and whether
-    each seed's climb reached it."""
+    top two agree) with its spread, the first seed's ratio of its probes alone, each system's plateau per seed,
+    and whether each seed's climb reached it."""
     baseline = per_seed[0].info["baseline"]
     systems = per_seed[0].systems
     plateau = {s: [max_tput_tok_s(g.probe_points.get(s, []), seed) for g, seed in zip(per_seed, seeds)]
                for s in systems}
-    probe = {s: [max_tput_tok_s(g.info["_probe_points"].get(s, []), seed) for g, seed in zip(per_seed, seeds)]
-             for s in systems}
+    probe = {s: [max_tput_tok_s(per_seed[0].info["_probe_points"].get(s, []), seeds[0])] for s in systems}
     ratios = [a / b for a, b in zip(plateau["infinite-llm"], plateau[baseline]) if b > 0]
     probe_ratios = [a / b for a, b in zip(probe["infinite-llm"], probe[baseline]) if b > 0]
     return {"ratio": float(np.median(ratios)) if ratios else None,
