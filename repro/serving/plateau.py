@@ -3,7 +3,7 @@
 A system's curve (its points over rates and seeds) has reached its plateau when the median over seeds of the
 steady-state output rate at its highest rate is within PLATEAU_TOL of the median at its second-highest rate.
 A curve that has not is extended: its top rate times PLATEAU_GROWTH runs with every seed, up to
-MAX_EXTENSIONS times (a caller may allow fewer: the sensitivity study's 1080 single-seed climbs keep 3). Max
+MAX_EXTENSIONS times (the curves and the sensitivity study's single-seed climbs alike; a caller may allow fewer). Max
 throughput is then, per seed, the highest steady-state output rate of the curve (docs/max-throughput.md). Past
 saturation a queue builds and the batch keeps filling towards its memory or batch-cap limit as the rate rises, so
 a grid that stops just past saturation under-reads each system by its own amount; doubling the rate until two
