@@ -2,6 +2,7 @@
 Synthetic curves with a known limit per seed (output rises with the offered load up to `cap`, then falls slowly,
 as an overloaded system does), so the test checks the climb, not the simulator."""
 from dataclasses import dataclass
+from functools import partial
 
 import pytest
 
@@ -27,7 +28,6 @@ def fake_point(cap_by_seed: dict, task) -> dict:
 
 
 def group(cap_by_seed: dict) -> CurveGroup:
-    from functools import partial
     return CurveGroup({}, SimConfig(), lambda rate, seed: [FakeRequest()] * 60, ("infinite-llm",), "fake",
                       runner=partial(fake_point, cap_by_seed), start_rate_per_s=1.0)
 

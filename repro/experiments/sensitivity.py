@@ -206,12 +206,12 @@ def arm_plateau(per_seed: list[CurveGroup], seeds) -> dict:
     systems = per_seed[0].systems
     plateau = {s: [max_tput_tok_s(g.probe_points.get(s, []), seed) for g, seed in zip(per_seed, seeds)]
                for s in systems}
-    probe = {s: [max_tput_tok_s(per_seed[0].info["_probe_points"].get(s, []), seeds[0])] for s in systems}
+    probe = {s: max_tput_tok_s(per_seed[0].info["_probe_points"].get(s, []), seeds[0]) for s in systems}
     ratios = [a / b for a, b in zip(plateau["infinite-llm"], plateau[baseline]) if b > 0]
-    probe_ratios = [a / b for a, b in zip(probe["infinite-llm"], probe[baseline]) if b > 0]
     return {"ratio": float(np.median(ratios)) if ratios else None,
             "ratio_min": min(ratios) if ratios else None, "ratio_max": max(ratios) if ratios else None,
-            "plateau_tok_s": plateau, "probe_ratio": float(np.median(probe_ratios)) if probe_ratios else None,
+            "plateau_tok_s": plateau,
+            "probe_ratio": probe["infinite-llm"] / probe[baseline] if probe[baseline] > 0 else None,
             "plateau_reached": {s: [reaches_plateau(g.probe_points.get(s, [])) for g in per_seed] for s in systems}}
 
 
