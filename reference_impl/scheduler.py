@@ -33,6 +33,9 @@ class Scheduler:
         self._head_blocked = False
         self.num_waiting_blocks = 0  # rBlocks the waiting requests need at admission
         self._min_waiting_blocks: int | None = None  # kept as requests come, STALE when the smallest leaves
+        # the largest running batch so far: a run whose peak stayed below a batch cap is the run under any cap
+        # above its peak (the cap is read only as `running < max_batch_size`)
+        self.peak_running = 0
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -197,6 +200,7 @@ class Scheduler:
     def _run(self, seqs: list[Sequence]) -> None:
         if seqs:
             self.running.extend(seqs)
+            self.peak_running = max(self.peak_running, len(self.running))
             self.changes.queues += 1
 
     def remove_running(self, seq: Sequence) -> None:

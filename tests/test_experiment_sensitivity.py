@@ -4,7 +4,7 @@ import json
 
 from repro.experiments.base import RunParams
 from repro.experiments.registry import get_experiment
-from repro.experiments.sensitivity import ARMS, DEFAULTS, arm_group, distinct_runs, has_chunked_prefill
+from repro.experiments.sensitivity import ARMS, DEFAULTS, arm_group, has_chunked_prefill, owners
 from repro.results import load_results, run_and_save
 
 
@@ -32,17 +32,50 @@ def test_sensitivity_quick_arms_defaults_and_direction(tmp_path):
     assert any("largest change" in r.note for r in rows)
 
 
-def test_each_inputs_default_arm_is_one_run_and_every_other_arm_its_own():
+def test_runs_that_cannot_differ_run_once():
+    """Each input's default arm is one climb; a baseline (no pooling) climbs once for all link arms; every other
+    arm and system climbs on its own."""
     from repro.experiments.base import RunParams as P
     from repro.experiments.e2e import curve_groups, sizes
     from reference_impl.links import DEFAULT_LINK
     params = P(quick=True, extra={"traces": "0,3"})
     base = curve_groups(params, sizes(params), link=DEFAULT_LINK, source="fitted")
     arms = [(inp, value, g, arm_group(g, inp, value)) for inp in ARMS for value, _ in ARMS[inp] for g in base]
-    runs = distinct_runs([a[3] for a in arms])
-    for i, (inp, value, g, _) in enumerate(arms):
-        if value == DEFAULTS[inp]:  # the first input's default arm of the same group
-            assert runs[i] == next(k for k, a in enumerate(arms) if a[2] is g and a[1] == DEFAULTS[a[0]])
-        else:
-            assert runs[i] == i
-    assert len(set(runs)) == len(arms) - (len(ARMS) - 1) * len(base)
+    owner = owners([a[3] for a in arms])
+    for i, (inp, value, g, arm) in enumerate(arms):
+        first_default = next(k for k, a in enumerate(arms) if a[2] is g and a[1] == DEFAULTS[a[0]])
+        for system in arm.systems:
+            if value == DEFAULTS[inp] or (inp == "link" and system != "infinite-llm"):
+                assert owner[i][system] == first_default
+            else:
+                assert owner[i][system] == i
+    assert sum(i in own.values() for i, own in enumerate(owner)) == len(arms) - (len(ARMS) - 1) * len(base)
+
+
+def test_a_batch_cap_arm_reads_the_default_caps_point_only_below_both_caps():
+    from repro.experiments.sensitivity import point_unless_cap_bound
+    from repro.serving.tasks import PointTask
+    from reference_impl.sim.systems import cluster
+    from workloads import generate
+    requests = tuple(generate(trace_id=0, num_requests=20, rate_per_s=5.0, seed=0))
+    task = PointTask("vllm-m", cluster("llama2-7b", "A100-80GB-SXM", 4, max_batch_size=64), requests, 5.0, "t", 0,
+                     steady_only=True)
+    twin = {"rate_per_s": 5.0, "seed": 0, "peak_batch_size": 63, "steady_output_tok_s": -1.0, "wall_s": 2.0}
+    assert point_unless_cap_bound({"vllm-m": [twin]}, 256, task) == {**twin, "wall_s": 0.0}
+    for other in ({**twin, "peak_batch_size": 64}, {**twin, "rate_per_s": 5.5}, {**twin, "seed": 1},
+                  {**twin, "peak_batch_size": None}):
+        assert point_unless_cap_bound({"vllm-m": [other]}, 256, task)["steady_output_tok_s"] > 0  # simulated
+    assert point_unless_cap_bound({"vllm-s": [twin]}, 256, task)["steady_output_tok_s"] > 0
+    assert point_unless_cap_bound({"vllm-m": [twin]}, 32, task)["steady_output_tok_s"] > 0  # the default cap binds
+
+
+def test_batch_cap_arms_on_long_requests_are_the_default_run(tmp_path):
+    exp = get_experiment("sensitivity")
+    lines = []
+    path, _ = run_and_save(exp, RunParams(quick=True, extra={"traces": "3", "inputs": "max_batch_size"}), tmp_path,
+                           log=lines.append)
+    rows = json.loads(path.read_text())["data"]["rows"]
+    default = next(r for r in rows if r["default"])
+    assert all(r["plateau_tok_s"] == default["plateau_tok_s"] for r in rows)
+    (copied,) = [line for line in lines if line.startswith("batch-cap arms:")]
+    assert int(copied.split()[2]) >= 2 * len(default["plateau_tok_s"])  # each system of both other caps

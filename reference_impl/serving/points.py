@@ -31,15 +31,17 @@ class ServingPoint:
     seed: int = 0
     mean_tpot_s: float | None = None
     p99_tpot_s: float | None = None
+    peak_batch_size: int | None = None  # the largest running batch of any instance (simulated runs)
 
     @classmethod
     def of(cls, system: str, rate_per_s: float, s: Summary, *, wall_s: float, seed: int = 0, num_preemptions: int = 0,
-           num_moved_blocks: int = 0, idle_waiting_frac: float = 0.0) -> "ServingPoint":
+           num_moved_blocks: int = 0, idle_waiting_frac: float = 0.0,
+           peak_batch_size: int | None = None) -> "ServingPoint":
         return cls(system, rate_per_s, s.num_requests, s.num_finished, s.num_rejected, s.num_unfinished,
                    s.output_tok_s, s.window_tok_s, s.total_tok_s, s.steady_output_tok_s, s.steady_total_tok_s,
                    s.mean_norm_latency_s, s.mean_latency_s, s.p99_latency_s, s.mean_ttft_s, s.p99_ttft_s,
                    s.makespan_s, num_preemptions, num_moved_blocks, idle_waiting_frac, round(wall_s, 3), seed,
-                   s.mean_tpot_s, s.p99_tpot_s)
+                   s.mean_tpot_s, s.p99_tpot_s, peak_batch_size)
 
     @classmethod
     def of_result(cls, system: str, rate_per_s: float, result: ServingRun, *, wall_s: float,
@@ -48,7 +50,7 @@ class ServingPoint:
         return cls.of(system, rate_per_s, result.summary(), wall_s=wall_s, seed=seed,
                       num_preemptions=sum(r.num_preemptions for r in result.requests),
                       num_moved_blocks=result.num_moved_blocks,
-                      idle_waiting_frac=result.idle_waiting_frac)
+                      idle_waiting_frac=result.idle_waiting_frac, peak_batch_size=result.peak_batch_size)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -53,6 +53,7 @@ class ServingRun:
     num_peer_calls: int = 0  # simulated control-plane calls on peers that wait (counted where they cost time)
     num_stalled_instants: int = 0  # an instance stopped at events.MAX_NOOP_STEPS_PER_INSTANT steps that did nothing
     idle_waiting_frac: float = 0.0  # share of instance-time idle while a waiting request fit the free rBlocks
+    peak_batch_size: int | None = None  # the largest running batch of any instance (None: not recorded)
     end_s: float = 0.0
 
     @property

@@ -1,5 +1,5 @@
 """What a simulated cluster is: model, GPU, instances and their parallelism, and the control-plane knobs."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from reference_impl.calibration.model import CalibratedPerfModel
@@ -52,6 +52,13 @@ class SimConfig:
     @property
     def num_gpus(self) -> int:
         return self.num_instances * self.tp * self.pp
+
+
+def as_simulated(config: SimConfig) -> SimConfig:
+    """`config` with the settings its runs never read put back to their defaults, so that two configs which
+    simulate the same run compare equal: without pooling the link carries nothing (no remote MicroAttention, no
+    KV moves, no gManager round)."""
+    return config if config.pooling else replace(config, link=DEFAULT_LINK)
 
 
 def perf_model(config: SimConfig) -> CalibratedPerfModel:

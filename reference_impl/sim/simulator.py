@@ -93,6 +93,7 @@ class Simulator:
         self.result.num_moved_blocks = self.backend.num_moved_blocks
         self.result.num_peer_calls = self.backend.num_peer_calls
         self.result.idle_waiting_frac = self.idle_waiting_frac()
+        self.result.peak_batch_size = max(i.scheduler.peak_running for i in self.engine.instances)
         return self.result
 
     # --- what the events call

@@ -18,9 +18,14 @@ throughput. Each later seed starts where the first read its plateau (its top two
 highest point; the curves likewise search saturation on the first seed only) and goes on by the same rule.
 Cheaper than a whole curve (two to four points per system and seed instead of >= 12); the `default` arm is the
 e2e configuration, so its ratio checks this shortcut against the e2e curves (as many requests a probe as an e2e
-point; the default arms of the five inputs are one configuration, run once). `probe_ratio` is the first seed's
-ratio of the probes alone (the reading before the plateau rule). Only each point's steady-state rate is read,
-so every simulation stops at the end of its steady-state window (PointTask.steady_only).
+point). `probe_ratio` is the first seed's ratio of the probes alone (the reading before the plateau rule).
+Only each point's steady-state rate is read, so every simulation stops at the end of its steady-state window
+(PointTask.steady_only).
+
+Runs that cannot differ run once: the default arms of the five inputs are one configuration; vLLM-M and vLLM-S
+(no pooling) send nothing over the link, so their climb is the same under every link arm; and a batch-cap arm
+reads the default cap's point at the same rate and seed wherever that run's batch stayed below both caps (on
+long-request groups memory binds long before the cap), and simulates the rest.
 """
 import dataclasses
 from functools import partial
@@ -37,7 +42,7 @@ from repro.serving.plateau import Climb, extend_to_plateau, max_tput_tok_s, reac
 from reference_impl.calibration.specs import model_spec
 from reference_impl.errors import InputError
 from reference_impl.links import DEFAULT_LINK, INTER_NODE, INTRA_NODE
-from reference_impl.sim.config import SimConfig
+from reference_impl.sim.config import SimConfig, as_simulated
 from reference_impl.sim.systems import system_config
 
 CALIBRATED_PREFILL_TFLOPS = 190  # reference_impl/calibration/specs.json (FlashAttention-2 on A100)
@@ -107,21 +112,44 @@ def arm_group(group: CurveGroup, inp: str, value) -> CurveGroup:
     return g
 
 
-def distinct_runs(groups: list[CurveGroup]) -> list[int]:
-    """For each group, the index of the first one that serves the same points: each input's default arm is the
-    same configuration, so it runs once."""
-    firsts, runs = [], []
+def owners(groups: list[CurveGroup]) -> list[dict[str, int]]:
+    """For each arm's group and system, the index of the first group whose climb of that system serves the same
+    points (run_key): each input's default arm is one configuration, and a system without pooling runs the same
+    under every link. Each climb runs once; the others read its points."""
+    firsts, out = [], []
     for i, g in enumerate(groups):
-        j = next((k for k in firsts if same_points(groups[k], g)), None)
-        if j is None:
-            firsts.append(i)
-        runs.append(i if j is None else j)
-    return runs
+        own = {}
+        for s in g.systems:
+            key = run_key(g, s)
+            j = next((k for k, ks, kk in firsts if ks == s and kk == key), None)
+            if j is None:
+                firsts.append((i, s, key))
+            own[s] = i if j is None else j
+        out.append(own)
+    return out
 
 
-def same_points(a: CurveGroup, b: CurveGroup) -> bool:
-    return (a.info == b.info and a.base == b.base and a.make_requests == b.make_requests and a.runner == b.runner
-            and a.probe_fraction == b.probe_fraction)
+def run_key(g: CurveGroup, system: str) -> tuple:
+    return (g.info, as_simulated(system_config(system, g.base)), g.make_requests, g.runner, g.probe_fraction)
+
+
+def cap_twins(arms: list[tuple]) -> dict[int, int]:
+    """Each batch-cap arm other than the default -> the default cap's arm of the same group."""
+    default = {id(a[3]): i for i, a in enumerate(arms) if a[0] == "max_batch_size" and a[1] == DEFAULTS[a[0]]}
+    return {i: default[id(a[3])] for i, a in enumerate(arms)
+            if a[0] == "max_batch_size" and a[1] != DEFAULTS[a[0]] and id(a[3]) in default}
+
+
+def point_unless_cap_bound(twin_points: dict, twin_cap: int, task: PointTask) -> dict:
+    """run_point under a batch cap, or the default cap's point at the same rate and seed when neither cap could
+    have bound in it: its running batch stayed below both (peak_batch_size), and a cap is read only as `running <
+    cap`, so the run is the same run, step for step (its wall_s is 0: not simulated again)."""
+    bound = min(task.base.max_batch_size, twin_cap)
+    for p in twin_points.get(task.system, ()):
+        if (p["rate_per_s"] == task.rate_per_s and p["seed"] == task.seed and p.get("peak_batch_size") is not None
+                and p["peak_batch_size"] < bound):
+            return {**p, "wall_s": 0.0}
+    return run_point(task.system, task.base, task.requests, task.rate_per_s, task.seed, steady_only=task.steady_only)
 
 
 def run(params, log) -> dict:
@@ -142,21 +170,34 @@ def run(params, log) -> dict:
             continue
         arms += [(inp, value, label, g, arm_group(g, inp, value)) for value, label in ARMS[inp] for g in base_groups]
     seeds = tuple(params.seed + i for i in range(size["seeds"]))
-    runs = distinct_runs([a[4] for a in arms])
-    rows = []
+    owner = owners([a[4] for a in arms])
+    twins = cap_twins(arms)
+    climbing = [i for i, own in enumerate(owner) if i in own.values()]
     with point_pool(default_workers(params)) as pool:
         per_seed, first = [], None
         for seed in seeds:
-            fresh = [dataclasses.replace(a[4], saturation_per_s={}, probe_points={}, info=dict(a[4].info)) for a in arms]
-            distinct = [fresh[i] for i in sorted(set(runs))]
-            climb_seed(distinct, first, seed, log, pool)
-            first = first or distinct
-            per_seed.append([fresh[runs[i]] for i in range(len(arms))])
+            fresh = {i: dataclasses.replace(arms[i][4], systems=tuple(s for s, o in owner[i].items() if o == i),
+                                            saturation_per_s={}, probe_points={}, info=dict(arms[i][4].info))
+                     for i in climbing}
+            for batch in ([i for i in climbing if i not in twins], [i for i in climbing if i in twins]):
+                for i in set(batch) & set(twins):  # after the default caps' climbs: their points are known
+                    twin = {s: fresh[owner[twins[i]][s]] for s in fresh[i].systems}
+                    fresh[i].runner = partial(point_unless_cap_bound, {s: g.probe_points[s] for s, g in twin.items()},
+                                              arms[twins[i]][4].base.max_batch_size)
+                if batch:
+                    climb_seed([fresh[i] for i in batch], first and [first[i] for i in batch], seed, log, pool)
+            first = first or fresh
+            per_seed.append([{s: fresh[o] for s, o in own.items()} for own in owner])
+    copied = sum(p["wall_s"] == 0.0 for i in twins for groups in per_seed for s, g in groups[i].items()
+                 for p in g.probe_points.get(s, []))
+    if twins:
+        log(f"batch-cap arms: {copied} points were the default cap's run (their batch stayed below both caps)")
+    rows = []
     for i, (inp, value, label, g, _) in enumerate(arms):
         rows.append({"input": inp, "value": str(value), "label": label, "default": value == DEFAULTS[inp],
                      "panel": g.info["panel"], "trace_id": g.info["trace_id"], "num_gpus": g.info["num_gpus"],
                      "baseline": g.info["baseline"], "num_requests": g.info["num_requests"],
-                     **arm_plateau([f[i] for f in per_seed], seeds)})
+                     **arm_plateau([groups[i] for groups in per_seed], seeds, g.info["baseline"])})
     return {"gpu": GPU, "seeds": list(seeds), "rows": rows, "notes": notes}
 
 
@@ -198,21 +239,21 @@ def serve_reading_rates(groups: list[CurveGroup], first: list[CurveGroup], seed:
         g.probe_points.setdefault(s, []).append(point)
 
 
-def arm_plateau(per_seed: list[CurveGroup], seeds) -> dict:
-    """One arm's row fields from its group of each seed: the ratio of the plateaus (probes extended to where the
-    top two agree) with its spread, the first seed's ratio of its probes alone, each system's plateau per seed,
-    and whether each seed's climb reached it."""
-    baseline = per_seed[0].info["baseline"]
-    systems = per_seed[0].systems
-    plateau = {s: [max_tput_tok_s(g.probe_points.get(s, []), seed) for g, seed in zip(per_seed, seeds)]
+def arm_plateau(per_seed: list[dict], seeds, baseline: str) -> dict:
+    """One arm's row fields from the group that climbed each system, per seed ({system: group}): the ratio of the
+    plateaus (probes extended to where the top two agree) with its spread, the first seed's ratio of its probes
+    alone, each system's plateau per seed, and whether each seed's climb reached it."""
+    systems = list(per_seed[0])
+    plateau = {s: [max_tput_tok_s(groups[s].probe_points.get(s, []), seed) for groups, seed in zip(per_seed, seeds)]
                for s in systems}
-    probe = {s: max_tput_tok_s(per_seed[0].info["_probe_points"].get(s, []), seeds[0]) for s in systems}
+    probe = {s: max_tput_tok_s(per_seed[0][s].info["_probe_points"].get(s, []), seeds[0]) for s in systems}
     ratios = [a / b for a, b in zip(plateau["infinite-llm"], plateau[baseline]) if b > 0]
     return {"ratio": float(np.median(ratios)) if ratios else None,
             "ratio_min": min(ratios) if ratios else None, "ratio_max": max(ratios) if ratios else None,
             "plateau_tok_s": plateau,
             "probe_ratio": probe["infinite-llm"] / probe[baseline] if probe[baseline] > 0 else None,
-            "plateau_reached": {s: [reaches_plateau(g.probe_points.get(s, [])) for g in per_seed] for s in systems}}
+            "plateau_reached": {s: [reaches_plateau(groups[s].probe_points.get(s, [])) for groups in per_seed]
+                                for s in systems}}
 
 
 def claims(results) -> list[ClaimRow]:

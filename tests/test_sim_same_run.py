@@ -1,0 +1,49 @@
+"""Settings that cannot change a simulated run, which the sensitivity study relies on to simulate a run once:
+without pooling the link is never read (as_simulated), and a batch cap above a run's peak batch
+(peak_batch_size) gives the same run step for step, while one below it changes the run."""
+import dataclasses
+
+import pytest
+
+from reference_impl.sim.config import as_simulated
+from reference_impl.sim.simulator import simulate
+from reference_impl.sim.systems import cluster, system_config
+from workloads import generate
+
+LINKS = ("intra-node", "inter-node", "0.125")
+
+
+def _run(system: str, requests, **overrides):
+    config = system_config(system, dataclasses.replace(cluster("llama2-7b", "A100-80GB-SXM", 4), **overrides))
+    return simulate(config, requests)
+
+
+def _trajectory(run) -> tuple:
+    return (run.step_end_s, run.step_tokens, run.step_inst, run.summary(), run.num_moved_blocks)
+
+
+def test_without_pooling_the_link_is_not_read():
+    requests = generate(trace_id=4, num_requests=16, rate_per_s=0.5, seed=0)  # prompts up to ~105K tokens
+    pooled = {link: _run("infinite-llm", requests, link=link) for link in LINKS}
+    assert pooled["0.125"].summary().output_tok_s < 0.5 * pooled["intra-node"].summary().output_tok_s
+    for system in ("vllm-m", "vllm-s"):
+        runs = [_trajectory(_run(system, requests, link=link)) for link in LINKS]
+        assert runs[0] == runs[1] == runs[2]
+        configs = {as_simulated(system_config(system, cluster("llama2-7b", "A100-80GB-SXM", 4, link=link)))
+                   for link in LINKS}
+        assert len(configs) == 1
+    assert len({as_simulated(cluster("llama2-7b", "A100-80GB-SXM", 4, link=link)) for link in LINKS}) == 3
+
+
+@pytest.mark.parametrize("system,trace_id,rate_per_s", [("infinite-llm", 0, 40.0), ("vllm-m", 0, 40.0),
+                                                        ("infinite-llm", 4, 0.5)])
+def test_a_cap_above_the_peak_batch_is_the_same_run(system, trace_id, rate_per_s):
+    requests = generate(trace_id=trace_id, num_requests=120 if trace_id == 0 else 16, rate_per_s=rate_per_s, seed=1)
+    default = _run(system, requests)
+    peak = default.peak_batch_size
+    assert 2 <= peak < 256
+    for cap in (peak + 1, 1024):
+        assert _trajectory(_run(system, requests, max_batch_size=cap)) == _trajectory(default)
+    capped = _run(system, requests, max_batch_size=peak - 1)
+    assert capped.peak_batch_size == peak - 1
+    assert _trajectory(capped) != _trajectory(default)
