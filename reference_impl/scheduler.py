@@ -33,17 +33,20 @@ class Scheduler:
         self._head_blocked = False
         self.num_waiting_blocks = 0  # rBlocks the waiting requests need at admission
         self._min_waiting_blocks: int | None = None  # kept as requests come, STALE when the smallest leaves
+        self._head_need = 0  # head_blocks
         # the largest running batch so far: a run whose peak stayed below a batch cap is the run under any cap
         # above its peak (the cap is read only as `running < max_batch_size`)
         self.peak_running = 0
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
-        self._added(seq)
+        need = self._added(seq)
+        if len(self.waiting) == 1:
+            self._head_need = need
 
     def add_first(self, seq: Sequence) -> None:
         self.waiting.appendleft(seq)
-        self._added(seq)
+        self._head_need = self._added(seq)
 
     @property
     def is_head_blocked(self) -> bool:
@@ -56,12 +59,13 @@ class Scheduler:
             self._head_blocked = blocked
             self.changes.queues += 1
 
-    def _added(self, seq: Sequence) -> None:
+    def _added(self, seq: Sequence) -> int:
         self.changes.queues += 1
         need = num_blocks_for(seq.num_tokens, self.block_size)
         self.num_waiting_blocks += need
         if self._min_waiting_blocks is None or (self._min_waiting_blocks != STALE and need < self._min_waiting_blocks):
             self._min_waiting_blocks = need
+        return need
 
     def take_waiting(self, index: int = 0) -> Sequence:
         seq = self.waiting[index]
@@ -73,6 +77,8 @@ class Scheduler:
             self._min_waiting_blocks = None
         elif need == self._min_waiting_blocks:
             self._min_waiting_blocks = STALE
+        if index == 0 and self.waiting:
+            self._head_need = num_blocks_for(self.waiting[0].num_tokens, self.block_size)
         return seq
 
     def remove_waiting(self, req_id: int) -> None:
@@ -173,8 +179,9 @@ class Scheduler:
 
     @property
     def head_blocks(self) -> int:
-        """rBlocks the first waiting request needs at admission (there must be one)."""
-        return num_blocks_for(self.waiting[0].num_tokens, self.block_size)
+        """rBlocks the first waiting request needs at admission (there must be one; kept as the head changes: a
+        waiting request's length does not change)."""
+        return self._head_need
 
     @property
     def waits_for_others(self) -> bool:
