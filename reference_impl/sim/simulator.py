@@ -59,6 +59,7 @@ class Simulator:
         self.num_idle_waiting = 0  # instances running no step while a waiting request fits the free rBlocks
         self.idle_waiting_inst_s = 0.0
         self.changes = self.engine.changes
+        self._schedulers = [(inst.inst_id, inst.scheduler) for inst in self.engine.instances]
         self.quiet_handoff = Memo()  # (changes, instances) of a Handoff that did nothing
         self._queue: list[tuple[float, int, Event]] = []
         self._order = itertools.count()
@@ -170,11 +171,10 @@ class Simulator:
         """A step for every instance with work, except those whose step could only hand their first request on
         (Scheduler.waits_for_others): one Handoff event after the steps does that for them."""
         steps, parked, busy, sent = [], [], self.busy, self.backend.sent_tokens
-        for inst in self.engine.instances:
-            i, s = inst.inst_id, inst.scheduler
-            if busy[i] or not (s.waiting or s.running):
+        for i, s in self._schedulers:
+            if busy[i] or not (s.running or s.waiting):
                 continue
-            if s.waits_for_others and not sent.get(i):
+            if not s.running and s.waits_for_others and not sent.get(i):
                 parked.append(i)
             else:
                 steps += self.wake(i, time_s)
