@@ -179,11 +179,12 @@ def run(params, log) -> dict:
             fresh = {i: dataclasses.replace(arms[i][4], systems=tuple(s for s, o in owner[i].items() if o == i),
                                             saturation_per_s={}, probe_points={}, info=dict(arms[i][4].info))
                      for i in climbing}
-            for batch in ([i for i in climbing if i not in twins], [i for i in climbing if i in twins]):
-                for i in set(batch) & set(twins):  # after the default caps' climbs: their points are known
-                    twin = {s: fresh[owner[twins[i]][s]] for s in fresh[i].systems}
-                    fresh[i].runner = partial(point_unless_cap_bound, {s: g.probe_points[s] for s, g in twin.items()},
-                                              arms[twins[i]][4].base.max_batch_size)
+            capped = [i for i in climbing if i in twins]
+            for batch in ([i for i in climbing if i not in twins], capped):
+                if batch is capped:  # after the default caps' climbs: their points are known
+                    for i in capped:
+                        twin = {s: fresh[owner[twins[i]][s]].probe_points[s] for s in fresh[i].systems}
+                        fresh[i].runner = partial(point_unless_cap_bound, twin, arms[twins[i]][4].base.max_batch_size)
                 if batch:
                     climb_seed([fresh[i] for i in batch], first and [first[i] for i in batch], seed, log, pool)
             first = first or fresh
