@@ -320,6 +320,29 @@ def test_an_instance_held_does_not_stop_one_that_shares_nothing_with_it():
         engine.shutdown()
 
 
+def test_collect_answers_at_each_step_without_polling_the_actors():
+    """The driver keeps one results call outstanding per instance: `collect` returns as soon as a step of 60 ms
+    device time reports, with that step's tokens (a poll every 5 ms would have called the actor about 12 times
+    a step), and with nothing to run it waits out `max_wait_s` and returns nothing."""
+    from reference_impl.device_time import DeviceTimeModel
+
+    engine = RayEngine(EngineConfig(1, 16, block_size=4, pooling=False), DeviceTimeModel(0.06))
+    try:
+        assert engine.collect(0.05) == []
+        seq = Sequence(0, [1, 2, 3], 6)
+        engine.add_request(seq)
+        returns, t0 = [], time.perf_counter()
+        while len(seq.output_ids) < 6:
+            engine.collect(10.0)
+            returns.append((time.perf_counter() - t0, len(seq.output_ids)))
+        assert len(returns) <= 7  # one return per step, give or take the first
+        assert returns[-1][0] < 6 * 0.06 + 1.0  # not the 10 s it was allowed to wait
+        assert all(n > 0 for _, n in returns[1:])  # every return after the first brought tokens
+        assert engine.collect(0.0) == [] and not engine.has_work
+    finally:
+        engine.shutdown()
+
+
 def test_bench_ray_device_time_scaling_and_pooled_runs(tmp_path):
     """`repro bench ray` with the device-time model: per run the fields of the scaling table, tokens equal to a
     local run (the command fails otherwise), N independent engines beside pooling-off runs, and with pooling on

@@ -1,6 +1,6 @@
-"""The one wall-clock serving loop, for any engine with `add_request(seq) -> inst_id`, `has_work` and
-`step() -> finished`: the local engine (backends/local.py), and the Ray engine, whose step collects what its
-instances produced meanwhile (backends/ray/serving.py).
+"""The one wall-clock serving loop, for any engine with `add_request(seq) -> inst_id`, `has_work` and either
+`step() -> finished` (the local engine, backends/local.py) or `collect(max_wait_s) -> finished` (the Ray engine,
+whose instances step by themselves: it returns once one of them reported a step, or at the next arrival).
 
 Each request joins the engine at its arrival time (between steps, as the simulator's instances pick up arrivals
 at their next step), the engine steps while there is work, and the loop sleeps to the next arrival when idle.
@@ -52,6 +52,7 @@ def serve_on_clock(engine, requests, prompts: list[list[int]], *, time_limit_s: 
     order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, requests[i].req_id))
     admitted: list[tuple[Sequence, RequestRecord]] = []
     live: dict[int, tuple[Sequence, RequestRecord]] = {}
+    collect = getattr(engine, "collect", None)
     t0 = clock()
     next_i = 0
     while True:
@@ -75,7 +76,11 @@ def serve_on_clock(engine, requests, prompts: list[list[int]], *, time_limit_s: 
             sleep(max(0.0, requests[order[next_i]].arrival_s - now_s))
             continue
         before = sum(len(seq.output_ids) for seq, _ in live.values())
-        finished = engine.step()
+        if collect is None:
+            finished = engine.step()
+        else:
+            next_s = requests[order[next_i]].arrival_s if next_i < len(order) else time_limit_s
+            finished = collect(max(0.0, next_s - now_s))
         end_s = clock() - t0
         num_tokens = sum(len(seq.output_ids) for seq, _ in live.values()) - before
         if num_tokens:  # the timeline is of tokens; a Ray collection often brings none

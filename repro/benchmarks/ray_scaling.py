@@ -9,7 +9,7 @@ import numpy as np
 from reference_impl.engine import EngineConfig
 from reference_impl.sequence import Sequence, num_blocks_for
 
-POLL_S = 0.02  # between the driver's collections of tokens (N calls each)
+POLL_S = 0.02  # between the driver's looks at the N independent engines' reports
 TIMES = ("step_s", "control_s", "compute_s", "wait_s", "messaging_s", "compute_cpu_s")
 
 
@@ -140,13 +140,13 @@ def run_engine(model, reference_model, work: Workload, ray_config, repeats: int)
     engine = RayEngine(work.config, model, ray_config)
     try:
         seqs = _start(engine, work, 10_000)  # warm-up: first steps of fresh actors
-        engine.run(poll_s=POLL_S)
+        engine.run()
         tok_s, deltas = [], []
         for r in range(repeats):
             before = {i: dict(s) for i, s in engine.stats().items()}
             t0 = time.perf_counter()
             seqs = _start(engine, work, 20_000 * (r + 1))
-            engine.run(poll_s=POLL_S)
+            engine.run()
             wall_s = time.perf_counter() - t0
             if [s.output_ids for s in seqs] != want:
                 raise click.ClickException("the Ray backend's tokens differ from the local backend's")
@@ -194,7 +194,7 @@ def run_independent(model, work: Workload, ray_config, repeats: int) -> float:
                 seqs += _start(engine, part, 30_000 * (r + 1) + 1000 * inst)
             while any(e.has_work for e in engines):
                 for engine in engines:
-                    engine.poll()
+                    engine.collect(0.0)
                 time.sleep(POLL_S)
             if r:
                 tok_s.append(sum(len(s.output_ids) for s in seqs) / (time.perf_counter() - t0))

@@ -15,7 +15,6 @@ import numpy as np
 
 from reference_impl.engine import EngineConfig
 from reference_impl.sequence import Sequence, num_blocks_for
-from repro.benchmarks.ray_scaling import POLL_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +49,7 @@ def measure_co_run(model, ray_config, num_instances: int, *, batch: int = 16, pr
         for home in homes:
             for p in prompts:
                 engine.add_request(Sequence(next(next_id), list(p), max_new_tokens), home)
-        engine.run(poll_s=POLL_S)
+        engine.run()
         compute_after_s, steps_after = counters()
         return 1e3 * (compute_after_s - compute_s) / max(1, steps_after - steps)
 

@@ -146,12 +146,20 @@ class InstanceActor:
 
     def take_results(self):
         """(new tokens {req_id: (first index, tokens)}, finished [(req_id, placement, preemptions)], snapshot)."""
+        return self.wait_results(0.0)
+
+    def wait_results(self, hold_s: float):
+        """`take_results` once this instance has results or its loop broke, or after `hold_s` without: the
+        driver's one call outstanding per instance, answered as a step reports (no polling of the actor)."""
         loop = self.loop
-        with loop.results_lock:
+        with loop.results_ready:
+            loop.results_ready.wait_for(lambda: loop.tokens or loop.finished or loop.snapshot.get("state") == "broken",
+                                        timeout=hold_s)
             tokens, finished = loop.tokens, loop.finished
             loop.tokens, loop.finished = {}, []
+            stats = dict(loop.stats)
         # counters read now: at least as fresh as the tokens (the snapshot is from the last control phase's end)
-        return tokens, finished, {**loop.snapshot, "stats": loop.stats_now()}
+        return tokens, finished, {**loop.snapshot, "stats": stats}
 
     def snapshot(self) -> dict:
         return self.loop.snapshot

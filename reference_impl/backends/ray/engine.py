@@ -30,6 +30,7 @@ from reference_impl.sequence import Sequence, Status, num_blocks_for
 
 DEATH_GRACE_S = 5.0  # a broken data-plane group with every instance alive this long is a bug, not a failure
 STALL_S = 5.0  # nothing runs anywhere while requests wait this long: the memory budget cannot admit them
+RESULT_HOLD_S = 0.1  # an instance with nothing to report answers the driver's results call after this long
 
 
 class RayEngine:
@@ -51,6 +52,7 @@ class RayEngine:
         # add/abort calls not yet known to be in their actor's inbox: the actors are threaded, so a later call
         # (sync_now, pause) may run before them; `delivered()` waits for these
         self.undelivered: list[ray.ObjectRef] = []
+        self.waiting: dict[int, tuple] = {}  # inst_id -> (its outstanding results call, when it was made)
         bundle = {"CPU": rc.cpus_per_instance, **({"GPU": rc.gpus_per_instance} if rc.gpus_per_instance else {})}
         self.pg = placement_group([dict(bundle) for _ in range(config.num_instances)], rc.placement_strategy)
         self.actors, self.gm_actor = {}, None
@@ -110,16 +112,57 @@ class RayEngine:
         self.undelivered = []
 
     def poll(self) -> list[Sequence]:
-        """Collect new tokens and finished requests from every instance; recover from a failure if one shows."""
+        """Collect new tokens and finished requests from every instance now (a fresh view of all of them);
+        recover from a failure if one shows."""
+        self._settle_undelivered()
+        # the outstanding results calls first: they may hold tokens taken before the ones asked for now
+        waiting, self.waiting = self.waiting, {}
+        results = {i: ref for i, (ref, _) in waiting.items()}
+        finished, broken = self._take(results)
+        calls = {i: a.take_results.remote() for i, a in self.actors.items()}
+        more, broken_now = self._take(calls)
+        if broken or broken_now:
+            self.recover()
+        return finished + more
+
+    def collect(self, max_wait_s: float) -> list[Sequence]:
+        """New tokens and finished requests as the instances report their steps: returns once one has reported,
+        or after `max_wait_s`. One results call is outstanding per instance and answers at that instance's next
+        step (or after RESULT_HOLD_S), so the driver neither polls the actors nor sleeps past a step's end."""
+        self._settle_undelivered()
+        now = time.monotonic()
+        for inst_id, actor in self.actors.items():
+            if inst_id not in self.waiting:
+                self.waiting[inst_id] = (actor.wait_results.remote(RESULT_HOLD_S), now)
+        by_ref = {ref: i for i, (ref, _) in self.waiting.items()}
+        silent_s = RESULT_HOLD_S + self.ray_config.timeout_s
+        ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=min(max(0.0, max_wait_s), silent_s))
+        if ready:  # and every other instance that reported meanwhile
+            ready, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=0)
+        late = {i for i, (ref, since) in self.waiting.items() if ref not in ready and now - since > silent_s}
+        results = {by_ref[ref]: ref for ref in ready}
+        for inst_id in results:
+            del self.waiting[inst_id]
+        finished, broken = self._take(results)
+        if broken or late:
+            self.recover()
+        return finished
+
+    def _settle_undelivered(self) -> None:
         if self.undelivered:
             self.undelivered = ray.wait(self.undelivered, num_returns=len(self.undelivered), timeout=0)[1]
-        futures = {i: a.take_results.remote() for i, a in self.actors.items()}
+
+    def _take(self, results: dict) -> tuple[list[Sequence], bool]:
+        """Mirror the tokens and finished requests of each instance's results call (inst_id -> ref, in the
+        order the calls were made); (finished, whether an instance failed)."""
         finished, broken = [], False
-        for inst_id, future in futures.items():
+        for inst_id, future in results.items():
             try:
-                tokens, done, snapshot = ray.get(future, timeout=self.ray_config.timeout_s)
+                tokens, done, snapshot = ray.get(future, timeout=RESULT_HOLD_S + self.ray_config.timeout_s)
             except (RayActorError, GetTimeoutError):
                 broken = True
+                continue
+            if inst_id not in self.actors:  # died and dropped since the call was made
                 continue
             self.snapshots[inst_id] = snapshot
             broken |= snapshot.get("state") == "broken"
@@ -131,19 +174,18 @@ class RayEngine:
                 seq.status, seq.placement, seq.num_preemptions = Status.FINISHED, placement, num_preemptions
                 self.done.add(req_id)
                 finished.append(seq)
-        if broken:
-            self.recover()
-        return finished
+        return finished, broken
 
     @property
     def has_work(self) -> bool:
         return len(self.done) + len(self.failed) < len(self.mirror)
 
-    def run(self, on_poll=None, poll_s: float = 0.005) -> list[Sequence]:
-        """Collect until every dispatched request finished or failed; `on_poll(engine)` runs after each poll."""
+    def run(self, on_poll=None) -> list[Sequence]:
+        """Collect until every dispatched request finished or failed; `on_poll(engine)` runs after each
+        collection."""
         finished, stalled_since = [], None
         while self.has_work:
-            finished += self.poll()
+            finished += self.collect(RESULT_HOLD_S)
             if on_poll is not None:
                 on_poll(self)
             idle = all(s.get("num_running", 0) == 0 and s.get("num_moves", 0) == 0 for s in self.snapshots.values())
@@ -151,7 +193,6 @@ class RayEngine:
             stalled_since = (stalled_since or time.monotonic()) if idle and waiting else None
             if stalled_since and time.monotonic() - stalled_since > STALL_S:
                 raise InputError("no request can be admitted with this memory budget; raise --blocks-per-instance")
-            time.sleep(poll_s)
         return finished
 
     # --- failures
@@ -179,6 +220,7 @@ class RayEngine:
         ray.get(self.gm_actor.drop_instances.remote(dead))
         for d in dead:
             del self.actors[d]
+            self.waiting.pop(d, None)
             self.sent.pop(d)
             self.snapshots.pop(d, None)
         if survivors:

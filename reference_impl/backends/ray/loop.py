@@ -80,6 +80,7 @@ class InstanceLoop:
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()  # driver and gManager messages, at the control phase
         self.reforms: queue.SimpleQueue = queue.SimpleQueue()
         self.results_lock = threading.Lock()
+        self.results_ready = threading.Condition(self.results_lock)  # the driver's results call waits on it
         self.tokens: dict[int, tuple[int, list[int]]] = {}  # req_id -> (first index, new tokens) not yet taken
         self.finished: list[tuple] = []  # (req_id, placement, num_preemptions)
         self.last = None  # (seqs, token ids) of the step whose postprocess is due
@@ -134,6 +135,8 @@ class InstanceLoop:
                 # a failure met on the way to a re-formation already asked for is not a new one
                 state = "broken" if self.reforms.empty() else "reforming"
                 self.snapshot = {**self.snapshot, "state": state, "error": text}
+                with self.results_ready:
+                    self.results_ready.notify_all()
                 self.mailbox.wait(lambda: self.acknowledge_holds() or not self.reforms.empty() or self.stopping)
                 if not self.stopping:
                     self.rejoin()
@@ -259,6 +262,7 @@ class InstanceLoop:
                 first, new = self.tokens.get(seq.req_id, (n, []))
                 self.tokens[seq.req_id] = (first, new + seq.output_ids[n:])
             self.finished += [(s.req_id, s.placement, s.num_preemptions) for s in finished]
+            self.results_ready.notify_all()
 
     def drain_inbox(self) -> None:
         while True:

@@ -1,7 +1,7 @@
 """Serving a workload on the Ray backend in real time: the wall-clock serving loop of backends/clock.py (each
 request joins the engine at its arrival time, the records are the simulator's, `serving/records.py`), with one
-"step" a collection of the tokens the instances produced while the driver slept, since the instances run their
-own loops. A serving experiment so summarises a Ray run, a local run and a simulated run alike.
+"step" a collection of the tokens the instances reported, since the instances run their own loops (the driver
+keeps one results call outstanding per instance, answered as that instance ends a step). A serving experiment so summarises a Ray run, a local run and a simulated run alike.
 
 Systems are the simulator's policies (sim/systems.py) of the same engine: Infinite-LLM pools KV across
 instances; vLLM-M keeps it on its instance (preempt and recompute, reject what no instance holds); vLLM-S is one
@@ -21,7 +21,7 @@ from reference_impl.serving.records import ServingRun
 from reference_impl.sim.config import SimConfig
 from reference_impl.sim.systems import system_config
 
-POLL_S = 0.005  # how long the driver sleeps between collections while the instances have work
+PUBLISH_S = 0.02  # a loop publishes its counters at its next control phase: this long covers a step
 
 
 def engine_config(system: str, num_instances: int, blocks_per_instance: int, block_size: int, *,
@@ -36,32 +36,9 @@ def engine_config(system: str, num_instances: int, blocks_per_instance: int, blo
                         **batch)
 
 
-class _Collecting:
-    """The Ray engine as serve_on_clock's engine: `step` sleeps `poll_s` while the instances run, then collects
-    their tokens and finished requests."""
-
-    def __init__(self, engine: RayEngine, poll_s: float):
-        self.engine, self.poll_s = engine, poll_s
-
-    def add_request(self, seq) -> int:
-        return self.engine.add_request(seq)
-
-    @property
-    def has_work(self) -> bool:
-        return self.engine.has_work
-
-    @property
-    def num_steps(self) -> int:
-        return self.engine.num_steps
-
-    def step(self) -> list:
-        time.sleep(self.poll_s)
-        return self.engine.poll()
-
-
 def loop_counters(engine: RayEngine) -> dict[int, dict]:
     """Each instance's loop counters as of its next control phase (loop.py's STAT_KEYS and TIME_KEYS)."""
-    time.sleep(4 * POLL_S)  # the loops publish their counters at their next control phase
+    time.sleep(PUBLISH_S)
     engine.poll()
     return {i: dict(s) for i, s in engine.stats().items()}
 
@@ -86,11 +63,11 @@ class RayServer:
     started at its first workload, held (paused) between workloads, and reused while it ends each workload idle
     (every request finished)."""
 
-    def __init__(self, model: LlamaModel, ray_config: RayConfig = RayConfig(), poll_s: float = POLL_S, *,
-                 gmanager_config=None, perf_model=None):
+    def __init__(self, model: LlamaModel, ray_config: RayConfig = RayConfig(), *, gmanager_config=None,
+                 perf_model=None):
         """gmanager_config, perf_model: the engines' gManager and the cost model its Algorithm 1 reads (RayEngine's
         defaults when None)."""
-        self.model, self.ray_config, self.poll_s = model, ray_config, poll_s
+        self.model, self.ray_config = model, ray_config
         self.engine_kwargs = {"gmanager_config": gmanager_config, "perf_model": perf_model}
         self.engines: dict[EngineConfig, RayEngine] = {}
         self.next_req_id = 0  # request ids stay unique over an engine's life; records get theirs back
@@ -110,7 +87,7 @@ class RayServer:
         renamed = [replace(r, req_id=r.req_id + offset) for r in requests]
         prompts = random_prompts(requests, self.model.config.vocab_size, seed)
         try:
-            result = serve_on_clock(_Collecting(engine, self.poll_s), renamed, prompts, time_limit_s=time_limit_s)
+            result = serve_on_clock(engine, renamed, prompts, time_limit_s=time_limit_s)
             after = loop_counters(engine)
         except BaseException:
             self._drop(config)
@@ -134,13 +111,13 @@ class RayServer:
 
 
 def serve(model: LlamaModel, requests, config: EngineConfig, ray_config: RayConfig = RayConfig(), *,
-          seed: int = 0, time_limit_s: float = 600.0, poll_s: float = POLL_S) -> tuple[ServingRun, dict[int, dict]]:
+          seed: int = 0, time_limit_s: float = 600.0) -> tuple[ServingRun, dict[int, dict]]:
     """Run `requests` (workloads.Request: arrival_s, prompt_len, output_len) against the clock on Ray actors of a
     fresh engine; returns the records and each instance's loop counters. Prompts are random token ids from
     `seed`; each request generates exactly its output_len tokens. Requests the cluster cannot hold are rejected;
     those still running at `time_limit_s` stay unfinished."""
     started = init_ray(ray_config)
-    server = RayServer(model, ray_config, poll_s)
+    server = RayServer(model, ray_config)
     try:
         return server.serve(requests, config, seed=seed, time_limit_s=time_limit_s)
     finally:
