@@ -33,8 +33,8 @@ def test_sensitivity_quick_arms_defaults_and_direction(tmp_path):
 
 
 def test_runs_that_cannot_differ_run_once():
-    """Each input's default arm is one climb; a baseline (no pooling) climbs once for all link arms; every other
-    arm and system climbs on its own."""
+    """Each input's default arm is one climb; a baseline (no pooling) climbs once for all link and peer-call
+    arms; every other arm and system climbs on its own."""
     from repro.experiments.base import RunParams as P
     from repro.experiments.e2e import curve_groups, sizes
     from reference_impl.links import DEFAULT_LINK
@@ -45,7 +45,7 @@ def test_runs_that_cannot_differ_run_once():
     for i, (inp, value, g, arm) in enumerate(arms):
         first_default = next(k for k, a in enumerate(arms) if a[2] is g and a[1] == DEFAULTS[a[0]])
         for system in arm.systems:
-            if value == DEFAULTS[inp] or (inp == "link" and system != "infinite-llm"):
+            if value == DEFAULTS[inp] or (inp in ("link", "peer_call_ms") and system != "infinite-llm"):
                 assert owner[i][system] == first_default
             else:
                 assert owner[i][system] == i

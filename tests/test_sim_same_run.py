@@ -1,5 +1,5 @@
 """Settings that cannot change a simulated run, which the sensitivity study relies on to simulate a run once:
-without pooling the link is never read (as_simulated), and a batch cap above a run's peak batch
+without pooling the link is never read and no peer is called (as_simulated), and a batch cap above a run's peak batch
 (peak_batch_size) gives the same run step for step, while one below it changes the run."""
 import dataclasses
 
@@ -33,6 +33,21 @@ def test_without_pooling_the_link_is_not_read():
                    for link in LINKS}
         assert len(configs) == 1
     assert len({as_simulated(cluster("llama2-7b", "A100-80GB-SXM", 4, link=link)) for link in LINKS}) == 3
+
+
+def test_a_peer_call_costs_only_where_instances_pool():
+    """A control-plane call on a peer (peer_call_s) slows Infinite-LLM, whose instances reserve and borrow on
+    their peers, and is never made without pooling."""
+    requests = generate(trace_id=4, num_requests=16, rate_per_s=0.5, seed=0)
+    free, slow = _run("infinite-llm", requests), _run("infinite-llm", requests, peer_call_s=0.05)
+    assert slow.num_peer_calls > 0
+    assert slow.summary().mean_latency_s > free.summary().mean_latency_s
+    for system in ("vllm-m", "vllm-s"):
+        runs = [_run(system, requests, peer_call_s=s) for s in (None, 0.05)]
+        assert _trajectory(runs[0]) == _trajectory(runs[1]) and runs[1].num_peer_calls == 0
+        configs = {as_simulated(system_config(system, cluster("llama2-7b", "A100-80GB-SXM", 4, peer_call_s=s)))
+                   for s in (None, 0.05)}
+        assert len(configs) == 1
 
 
 @pytest.mark.parametrize("system,trace_id,rate_per_s", [("infinite-llm", 0, 40.0), ("vllm-m", 0, 40.0),

@@ -8,7 +8,9 @@ the reproduction is least sure of, changed for every system alike, one at a time
   125 MB/s;
 - output length of long requests (prompt at or above the group's 90th percentile): x0.5, x1, x2;
 - batch cap (max_batch_size): 64, 256 (default), 1024;
-- chunked prefill on (`chunked_prefill_tokens`=512) / off, when the simulator has that option (issue 13).
+- chunked prefill on (`chunked_prefill_tokens`=512) / off, when the simulator has that option (issue 13);
+- a control-plane call on a peer that waits for its reply (`peer_call_s`, charged to the caller's step): none
+  (the A100 fits have no measurement), 3.4 and 7.3 ms (this project's Ray engine, 2 and 4 instances).
 
 Max throughput per arm is the plateau of the probes of curves.find_saturation, extended by the rule of
 repro/serving/plateau.py: on the first seed each system serves the requests at probe rates up to past its
@@ -22,8 +24,9 @@ point). `probe_ratio` is the first seed's ratio of the probes alone (the reading
 Only each point's steady-state rate is read, so every simulation stops at the end of its steady-state window
 (PointTask.steady_only).
 
-Runs that cannot differ run once: the default arms of the five inputs are one configuration; vLLM-M and vLLM-S
-(no pooling) send nothing over the link, so their climb is the same under every link arm; and a batch-cap arm
+Runs that cannot differ run once: the default arms of the six inputs are one configuration; vLLM-M and vLLM-S
+(no pooling) send nothing over the link and call no peer, so their climb is the same under every link and
+peer-call arm; and a batch-cap arm
 reads the default cap's point at the same rate and seed wherever that run's batch stayed below both caps (on
 long-request groups memory binds long before the cap), and simulates the rest.
 """
@@ -55,9 +58,13 @@ ARMS = {  # input -> ((label, value), ...); the default value of each input is o
     "long_output_scale": ((0.5, "x0.5"), (1.0, "x1"), (2.0, "x2")),
     "max_batch_size": ((64, "64"), (256, "256"), (1024, "1024")),
     "chunked_prefill_tokens": ((None, "off"), (CHUNK_TOKENS, f"{CHUNK_TOKENS}-token chunks")),
+    # the A100/H100 fits have no measurement of a control-plane call; the others are the Ray engine's on this
+    # project's 2-core machine (docs/ray.md, device-time 20 ms steps on a quiet machine: 2 and 4 instances)
+    "peer_call_ms": ((0.0, "none (A100: not measured)"), (3.4, "Ray engine, 2 instances"),
+                     (7.3, "Ray engine, 4 instances")),
 }
 DEFAULTS = {"prefill_tflops": CALIBRATED_PREFILL_TFLOPS, "link": DEFAULT_LINK, "long_output_scale": 1.0,
-            "max_batch_size": SimConfig().max_batch_size, "chunked_prefill_tokens": None}
+            "max_batch_size": SimConfig().max_batch_size, "chunked_prefill_tokens": None, "peer_call_ms": 0.0}
 FULL = dict(short_requests=1000, long_requests=200, seeds=3)  # e2e's points: the default arm checks the curves
 QUICK = dict(short_requests=60, long_requests=8, seeds=1)
 PARAMS = (
@@ -109,6 +116,8 @@ def arm_group(group: CurveGroup, inp: str, value) -> CurveGroup:
         g.base = dataclasses.replace(group.base, max_batch_size=value)
     elif inp == "chunked_prefill_tokens" and value is not None:
         g.base = dataclasses.replace(group.base, chunked_prefill_tokens=value)
+    elif inp == "peer_call_ms" and value:
+        g.base = dataclasses.replace(group.base, peer_call_s=value / 1e3)
     return g
 
 
