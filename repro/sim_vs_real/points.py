@@ -158,8 +158,9 @@ def plot(results, figures_dir) -> list[str]:
                  f"measured dark, predicted light), load average {data['machine']['loadavg_1m_median']:.1f} on "
                  f"{data['machine']['cpu_count']} cores", fontsize=9)
     written = save(fig, figures_dir, "sim-vs-real")
-    # the pooled figure: the main run's arm, else the last run that has one (a --quick run may be the only one)
-    with_arm = [r["data"] for r in results if "pooled_arm" in r["data"]]
+    # the pooled figure: the main run's arm, else the last full run that has one, else the last --quick run's
+    with_arm = [r["data"] for r in results if "pooled_arm" in r["data"] and r["params"]["quick"]]
+    with_arm += [r["data"] for r in results if "pooled_arm" in r["data"] and not r["params"]["quick"]]
     if "pooled_arm" in data or with_arm:
         data = data if "pooled_arm" in data else with_arm[-1]
         arm = data["pooled_arm"]
