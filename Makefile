@@ -112,8 +112,8 @@ fig8-distkv: $(STAMP)
 	$(BIN)/repro plot --experiment e2e-datasets
 	$(BIN)/repro report
 
-# Each Fig 10 group's max-throughput ratio against prefill attention rate, link, long outputs, batch cap and
-# chunked prefill (repro/experiments/sensitivity.py); about 25 min on 2 cores at load 2 with the plateau rule (3
+# Each Fig 10 group's max-throughput ratio against prefill attention rate, link, long outputs, batch cap,
+# chunked prefill and a peer call's latency (repro/experiments/sensitivity.py); about 29 min on 2 cores at load 2 with the plateau rule (3
 # seeds; SENSITIVITY_PARAMS="--param seeds=1" about two fifths)
 sensitivity: $(STAMP)
 	$(BIN)/repro run --experiment sensitivity $(RUN_FLAGS) $(SENSITIVITY_PARAMS)

@@ -10,7 +10,7 @@ the reproduction is least sure of, changed for every system alike, one at a time
 - batch cap (max_batch_size): 64, 256 (default), 1024;
 - chunked prefill on (`chunked_prefill_tokens`=512) / off, when the simulator has that option (issue 13);
 - a control-plane call on a peer that waits for its reply (`peer_call_s`, charged to the caller's step): none
-  (the A100 fits have no measurement), 3.4 and 7.3 ms (this project's Ray engine, 2 and 4 instances).
+  (the A100 fits have no measurement), 3.4 ms (this project's Ray engine, 2 instances).
 
 Max throughput per arm is the plateau of the probes of curves.find_saturation, extended by the rule of
 repro/serving/plateau.py: on the first seed each system serves the requests at probe rates up to past its
@@ -58,10 +58,10 @@ ARMS = {  # input -> ((label, value), ...); the default value of each input is o
     "long_output_scale": ((0.5, "x0.5"), (1.0, "x1"), (2.0, "x2")),
     "max_batch_size": ((64, "64"), (256, "256"), (1024, "1024")),
     "chunked_prefill_tokens": ((None, "off"), (CHUNK_TOKENS, f"{CHUNK_TOKENS}-token chunks")),
-    # the A100/H100 fits have no measurement of a control-plane call; the others are the Ray engine's on this
-    # project's 2-core machine (docs/ray.md, device-time 20 ms steps on a quiet machine: 2 and 4 instances)
-    "peer_call_ms": ((0.0, "none (A100: not measured)"), (3.4, "Ray engine, 2 instances"),
-                     (7.3, "Ray engine, 4 instances")),
+    # the A100/H100 fits have no measurement of a control-plane call; 3.4 ms is the Ray engine's on this project's
+    # 2-core machine (docs/ray.md: device-time 20 ms steps, 2 instances, quiet machine). A 7.3 ms arm (4 instances)
+    # moved the groups' medians as much (0.90x, 0.96x) at 1.5x this arm's cost, and is not run
+    "peer_call_ms": ((0.0, "none (A100: not measured)"), (3.4, "Ray engine, 2 instances")),
 }
 DEFAULTS = {"prefill_tflops": CALIBRATED_PREFILL_TFLOPS, "link": DEFAULT_LINK, "long_output_scale": 1.0,
             "max_batch_size": SimConfig().max_batch_size, "chunked_prefill_tokens": None, "peer_call_ms": 0.0}
