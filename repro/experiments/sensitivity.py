@@ -26,9 +26,8 @@ Only each point's steady-state rate is read, so every simulation stops at the en
 
 Runs that cannot differ run once: the default arms of the six inputs are one configuration; vLLM-M and vLLM-S
 (no pooling) send nothing over the link and call no peer, so their climb is the same under every link and
-peer-call arm; and a batch-cap arm
-reads the default cap's point at the same rate and seed wherever that run's batch stayed below both caps (on
-long-request groups memory binds long before the cap), and simulates the rest.
+peer-call arm; and a batch-cap arm reads the default cap's point at the same rate and seed wherever that run's
+batch stayed below both caps (on long-request groups memory binds long before the cap), and simulates the rest.
 """
 import dataclasses
 from functools import partial

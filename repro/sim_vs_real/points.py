@@ -159,10 +159,9 @@ def plot(results, figures_dir) -> list[str]:
                  f"{data['machine']['cpu_count']} cores", fontsize=9)
     written = save(fig, figures_dir, "sim-vs-real")
     # the pooled figure: the main run's arm, else the last full run that has one, else the last --quick run's
-    with_arm = [r["data"] for r in results if "pooled_arm" in r["data"] and r["params"]["quick"]]
-    with_arm += [r["data"] for r in results if "pooled_arm" in r["data"] and not r["params"]["quick"]]
+    with_arm = sorted((r for r in results if "pooled_arm" in r["data"]), key=lambda r: not r["params"]["quick"])
     if "pooled_arm" in data or with_arm:
-        data = data if "pooled_arm" in data else with_arm[-1]
+        data = data if "pooled_arm" in data else with_arm[-1]["data"]
         arm = data["pooled_arm"]
         fig = draw_points(arm["points"], ("output_tok_s", "mean_latency_s", "mean_tpot_s"))
         fig.suptitle(f"simulator vs real pooled cluster: {arm['setup']['num_instances']} Ray instances of "

@@ -157,9 +157,8 @@ class InstanceActor:
                                         timeout=hold_s)
             tokens, finished = loop.tokens, loop.finished
             loop.tokens, loop.finished = {}, []
-            stats = dict(loop.stats)
         # counters read now: at least as fresh as the tokens (the snapshot is from the last control phase's end)
-        return tokens, finished, {**loop.snapshot, "stats": stats}
+        return tokens, finished, {**loop.snapshot, "stats": loop.stats_now()}
 
     def snapshot(self) -> dict:
         return self.loop.snapshot

@@ -135,11 +135,10 @@ class RayEngine:
             if inst_id not in self.waiting:
                 self.waiting[inst_id] = (actor.wait_results.remote(RESULT_HOLD_S), now)
         by_ref = {ref: i for i, (ref, _) in self.waiting.items()}
-        silent_s = RESULT_HOLD_S + self.ray_config.timeout_s
-        ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=min(max(0.0, max_wait_s), silent_s))
+        ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=min(max(0.0, max_wait_s), self._silent_s))
         if ready:  # and every other instance that reported meanwhile
             ready, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=0)
-        late = {i for i, (ref, since) in self.waiting.items() if ref not in ready and now - since > silent_s}
+        late = {i for i, (ref, since) in self.waiting.items() if ref not in ready and now - since > self._silent_s}
         results = {by_ref[ref]: ref for ref in ready}
         for inst_id in results:
             del self.waiting[inst_id]
@@ -147,6 +146,11 @@ class RayEngine:
         if broken or late:
             self.recover()
         return finished
+
+    @property
+    def _silent_s(self) -> float:
+        """How long a results call may go unanswered before its instance counts as failed."""
+        return RESULT_HOLD_S + self.ray_config.timeout_s
 
     def _settle_undelivered(self) -> None:
         if self.undelivered:
@@ -158,7 +162,7 @@ class RayEngine:
         finished, broken = [], False
         for inst_id, future in results.items():
             try:
-                tokens, done, snapshot = ray.get(future, timeout=RESULT_HOLD_S + self.ray_config.timeout_s)
+                tokens, done, snapshot = ray.get(future, timeout=self._silent_s)
             except (RayActorError, GetTimeoutError):
                 broken = True
                 continue

@@ -1,7 +1,8 @@
 """Serving a workload on the Ray backend in real time: the wall-clock serving loop of backends/clock.py (each
 request joins the engine at its arrival time, the records are the simulator's, `serving/records.py`), with one
 "step" a collection of the tokens the instances reported, since the instances run their own loops (the driver
-keeps one results call outstanding per instance, answered as that instance ends a step). A serving experiment so summarises a Ray run, a local run and a simulated run alike.
+keeps one results call outstanding per instance, answered as that instance ends a step). A serving experiment
+so summarises a Ray run, a local run and a simulated run alike.
 
 Systems are the simulator's policies (sim/systems.py) of the same engine: Infinite-LLM pools KV across
 instances; vLLM-M keeps it on its instance (preempt and recompute, reject what no instance holds); vLLM-S is one
