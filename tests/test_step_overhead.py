@@ -52,3 +52,21 @@ def test_profile_measures_the_overhead_through_the_real_engine(tmp_path):
     model = CalibratedPerfModel.for_setting(model="llama-tiny", gpu="cpu", coefficients_path=path)
     assert model.step_overhead is not None
     assert step_time_s(model, InstanceLoad(4, 64)) > model.num_layers * model.non_attention(4)
+
+
+def test_the_overhead_curve_follows_a_step_a_straight_line_misses():
+    """On a CPU the LM head's matrix product takes about twice as long from 4 rows as at 3 (the BLAS changes kernel):
+    the overhead curve keeps a knot wherever a line between the neighbours misses a median by more than 5%."""
+    from reference_impl.calibration.curve import Curve
+    from reference_impl.calibration.overhead import MAX_REL_ERR, median_curve_entry
+
+    batches = [1, 2, 3, 4, 5, 6, 8, 16, 32]
+    cost_s = {b: (0.012 if b < 4 else 0.019) + 0.0003 * b for b in batches}
+    rows = [(b, cost_s[b] * f) for b in batches for f in (0.9, 1.0, 1.1)]  # the median is the middle one
+    entry = median_curve_entry([x for x, _ in rows], [y for _, y in rows], "test")
+    curve = Curve.from_json(entry)
+    for b in batches:
+        assert curve(b) == pytest.approx(cost_s[b], rel=MAX_REL_ERR)
+    line = Curve((1, 32), (cost_s[1], cost_s[32]))  # what a straight line through the ends would say
+    assert line(4) < 0.8 * cost_s[4]
+    assert entry["at_x"] == batches and entry["max_rel_err"] <= MAX_REL_ERR

@@ -15,14 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reference_impl.calibration.curve import fit_curve, round_sig
-from reference_impl.calibration.fit import curve_entry
-from reference_impl.calibration.profile_overhead import MIN_OVERHEAD_S
+from reference_impl.calibration.curve import round_sig
+from reference_impl.calibration.overhead import median_curve_entry
 from reference_impl.calibration.specs import model_spec
 from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
-
-MAX_REL_ERR = 0.05  # of the overhead curve against the medians it is drawn through
-
 
 @dataclass(frozen=True, slots=True)
 class DecodeStep:
@@ -45,18 +41,6 @@ def kv_read_bytes_per_s(steps: list[DecodeStep], num_layers: int, kv_bytes_per_t
         return None
     slope = np.polyfit(kv, [s.step_s for s in steps], 1)[0]
     return float(num_layers * kv_bytes_per_token_layer / slope) if slope > 0 else None
-
-
-def median_curve_entry(xs, ys, source: str) -> dict:
-    """The median y at each x, floored at MIN_OVERHEAD_S, as a curve with a knot wherever a line between the
-    neighbours misses a median by more than MAX_REL_ERR. Not one straight line: with another engine's layer terms the
-    remainder is not linear (vLLM's long prefill steps take less than the op-level terms, its short ones more)."""
-    ux = sorted(set(xs))
-    med = [float(np.median([y for x, y in zip(xs, ys) if x == u])) for u in ux]
-    floored = np.maximum(med, MIN_OVERHEAD_S)
-    curve = fit_curve(ux, floored, max_rel_err=MAX_REL_ERR)
-    return {**curve_entry(curve, ux, floored, source), "at_x": [int(x) for x in ux],
-            "step_minus_layers_s": [float(f"{v:.6g}") for v in med]}
 
 
 def fit_engine_steps(ops_doc: dict, hardware: str, model: str, decode: list[DecodeStep], prefill: list[PrefillStep],

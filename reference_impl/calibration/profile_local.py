@@ -54,7 +54,7 @@ class ProfilePlan:
                        overhead_prompt_len=16, overhead_context_tokens=32)
         return cls(tokens=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024),
                    kv_lens=(1024, 2048, 4096, 8192), copy_bytes=tuple(1 << k for k in range(12, 27, 2)),
-                   prefill_tokens=1024, repeats=7, overhead_batches=(1, 2, 4, 8, 16, 32, 64),
+                   prefill_tokens=1024, repeats=7, overhead_batches=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
                    overhead_prefill_seqs=(1, 2, 4, 8, 16))
 
 

@@ -17,13 +17,9 @@ import time
 import numpy as np
 import torch
 
-from reference_impl.calibration.curve import Curve, round_sig
-from reference_impl.calibration.fit import curve_entry
+from reference_impl.calibration.overhead import median_curve_entry
 from reference_impl.calibration.specs import ModelSpec
 from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
-
-MIN_OVERHEAD_S = 1e-7  # a curve needs positive values; an engine faster than the layer terms gets ~0
-
 
 def engine_model_config(spec: ModelSpec, num_layers: int | None = None):
     """The engine's ModelConfig of `spec` (all its layers by default)."""
@@ -116,14 +112,9 @@ def measure_overhead(spec: ModelSpec, layers, *, batches, prompt_len: int, prefi
 
 
 def _entry(xs, parts, source: str) -> dict:
-    """A straight line through the medians (a fixed cost plus one per request or token: single steps on a shared
-    machine are too noisy for a knot per point), as a two-knot curve over the measured range."""
+    """The medians' sum as a curve with knots where the cost changes (overhead.median_curve_entry), with both
+    parts kept."""
     outside, in_layer = (np.array([p[i] for p in parts]) for i in range(2))
-    total = outside + in_layer
-    slope, intercept = np.polyfit(xs, total, 1) if len(xs) > 1 else (0.0, float(total[0]))
-    ends = (xs[0], xs[-1]) if len(xs) > 1 else (xs[0],)
-    curve = Curve(tuple(float(x) for x in ends),
-                  tuple(round_sig(max(MIN_OVERHEAD_S, intercept + slope * x)) for x in ends))
-    return {**curve_entry(curve, xs, np.maximum(total, MIN_OVERHEAD_S), source),
+    return {**median_curve_entry(xs, outside + in_layer, source),
             "outside_forward_s": [float(f"{v:.6g}") for v in outside],
             "in_layers_s": [float(f"{v:.6g}") for v in in_layer]}
