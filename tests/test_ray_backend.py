@@ -387,8 +387,12 @@ def test_sim_vs_real_pooled_arm_measures_and_predicts_both_systems(tmp_path):
     assert all(t > 0 for c in arm["calibrations"] for t in c["link_one_way_s"].values())
     costs = arm["calibrations"][1]  # the Ray engine's, measured in Infinite-LLM's saturation run
     assert costs["served_step_s"] > 0 and costs["served_cpu_s"] > 0 and costs["peer_call_s"] >= 0
-    assert costs["co_run_slowdown"] == arm["co_run"]["co_run_slowdown"] > 0  # measured before the saturation runs
-    assert len(arm["co_run"]["alone_ms"]) == len(arm["co_run"]["together_ms"]) == 2
+    co_run = arm["co_run"]  # a step's CPU time beside the others over alone, times a loop's wall over CPU time
+    assert costs["co_run_slowdown"] == pytest.approx(co_run["cpu_ratio"] * co_run["core_share_stretch"])
+    assert costs["co_run_slowdown"] == co_run["co_run_slowdown_simulated"]
+    assert len(co_run["alone_ms"]) == len(co_run["together_ms"]) == len(co_run["alone_cpu_ms"]) == 2
+    assert co_run["core_share_stretch"] >= 1.0  # a compute phase takes at least its CPU time on the wall clock
+    assert costs["step_overhead_source"].startswith("Ray engine steps")  # the engine that serves, not the local one
     for run in arm["runs"]:
         for side in ("measured", "predicted"):
             done = run[side]["num_finished"] + run[side]["num_rejected"]
@@ -400,6 +404,41 @@ def test_sim_vs_real_pooled_arm_measures_and_predicts_both_systems(tmp_path):
     il = next(r for r in arm["runs"] if r["system"] == "infinite-llm")
     assert il["engine"]["num_served"] > 0  # a creditor served remote MicroAttention for real
     assert arm["measured_max_tput_ratio"] > 0 and arm["predicted_max_tput_ratio"] > 0
+
+
+def test_the_ray_engines_steps_calibrate_the_step_overhead(tmp_path):
+    """The pooled arm's step overhead comes from the Ray engine's own steps (one instance, closed loop): a decode
+    and a prefill step per batch and repeat, in the loop's CPU time, fitted over the op-level layer terms."""
+    from reference_impl.calibration.model import CalibratedPerfModel
+    from reference_impl.perf_model import InstanceLoad, step_time_s
+    from repro.sim_vs_real.calibration import add_ray_steps
+    from repro.sim_vs_real.ray_steps import RaySteps
+
+    steps = RaySteps(MODEL, RayConfig(), max_batch=3, prompt_len=6, decode=3, block_size=4)
+    try:
+        decode, prefill = steps.measure((1, 3), repeats=2)
+    finally:
+        steps.close()
+    assert [s.batch_size for s in decode] == [s.num_prompts for s in prefill] == [1, 3, 1, 3]
+    # the three decode steps hold 7, 8 and 9 tokens of KV a request: 2, 2 and 3 blocks of 4
+    assert [s.kv_tokens for s in decode] == [int(b * 4 * 7 / 3) for b in (1, 3, 1, 3)]
+    assert all(0 < s.step_s < 1.0 for s in decode + prefill)
+    tiny = {"x": [1, 4096], "y": [1e-7, 4096e-7]}  # op-level layer terms far below the engine's steps
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps({
+        "format": "infinite-llm-repro/calibration/1", "profile": {"model": "llama-tiny"},
+        "hardware": {"cpu": {"dtype_bytes": 4, "mem_bytes": 1e10, "gpus_per_node": 1,
+                             "non_attention_s": {"llama-tiny": {"1": tiny}}, "all_reduce_s": {},
+                             "send_recv_s": {"intra-node": {"x": [4096], "y": [1e-6]}},
+                             "attention": {"kv_read_bytes_per_s": 1e15, "prefill_attn_flops_per_s": 1e15,
+                                           "derivation": "by hand"}}}}))
+    add_ray_steps(path, "llama-tiny", (decode, prefill))
+    overhead = json.loads(path.read_text())["hardware"]["cpu"]["step_overhead_s"]["llama-tiny"]
+    assert "Ray engine" in overhead["derivation"]
+    model = CalibratedPerfModel.for_setting(model="llama-tiny", gpu="cpu", link="intra-node", coefficients_path=path)
+    for b in (1, 3):  # the model's decode step is what the engine's took (the mean of the two repeats)
+        measured_s = [s.step_s for s in decode if s.batch_size == b]
+        assert step_time_s(model, InstanceLoad(b, 9 * b)) == pytest.approx(sum(measured_s) / 2, rel=0.05)
 
 
 def test_a_device_time_step_computes_as_long_beside_the_other_instances():

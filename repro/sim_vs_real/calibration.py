@@ -5,6 +5,20 @@ from pathlib import Path
 
 from reference_impl.calibration.coefficients import dumps
 
+# The step overhead is measured at every batch to 6 and more sparsely above: on a CPU the LM head's matrix product
+# takes twice as long from 4 rows as at 3 (the BLAS changes kernel), which a line through 1, 4 and 32 misses
+OVERHEAD_BATCHES = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24)
+CPU_HARDWARE = "cpu"  # the hardware name `repro profile` gives this machine's calibration
+
+
+def overhead_batches(largest: int) -> tuple[int, ...]:
+    return tuple(b for b in OVERHEAD_BATCHES if b < largest) + (largest,)
+
+
+def context_tokens(requests) -> int:
+    """A decode step's typical context in the workload: prompt plus half the output, averaged."""
+    return max(1, int(sum(r.prompt_len + r.output_len / 2 for r in requests) / len(requests)))
+
 
 def calibrate(spec, device, dtype, seed: int, requests, max_batch: int, clock: str, quick: bool, folder: Path,
               repeat: int) -> Path:
@@ -17,11 +31,10 @@ def calibrate(spec, device, dtype, seed: int, requests, max_batch: int, clock: s
     plan = ProfilePlan(tokens=tuple(sorted({1, 4, 16, max_batch, total, *more})),
                        kv_lens=(256, 1024) if quick else (256, 1024, 2048), copy_bytes=(1 << 12, 1 << 20),
                        prefill_tokens=prompts[len(prompts) // 2], repeats=5 if quick else 7, clock=clock,
-                       overhead_batches=tuple(sorted({1, 4, max_batch, *(() if quick else (2, 8, 16))})),
-                       overhead_prefill_seqs=tuple(sorted({1, 4, min(16, len(prompts)), *(() if quick else (2, 8))})),
+                       overhead_batches=overhead_batches(max_batch),
+                       overhead_prefill_seqs=overhead_batches(min(16, len(prompts))),
                        overhead_prompt_len=prompts[len(prompts) // 2],
-                       overhead_context_tokens=max(1, int(sum(r.prompt_len + r.output_len / 2 for r in requests)
-                                                          / len(requests))))
+                       overhead_context_tokens=context_tokens(requests))
     doc = profile(spec, name=str(device), device=device, dtype=dtype, quick=False, seed=seed + repeat, plan=plan)
     path = folder / f"calibration-{repeat}.json"
     path.write_text(dumps(doc))
@@ -38,7 +51,8 @@ def calibration_record(path: Path, load: float) -> dict:
             "prefill_attn_flops_per_s": hw["attention"]["prefill_attn_flops_per_s"],
             "non_attention_s": {"x": layer["x"], "y": layer["y"]},
             "step_overhead_decode_s": {"x": overhead["decode"]["x"], "y": overhead["decode"]["y"]},
-            "step_overhead_prefill_s": {"x": overhead["prefill"]["x"], "y": overhead["prefill"]["y"]}}
+            "step_overhead_prefill_s": {"x": overhead["prefill"]["x"], "y": overhead["prefill"]["y"]},
+            "step_overhead_source": overhead["decode"]["source"]}
 
 
 def add_measured_link(path: Path) -> dict:
@@ -60,4 +74,17 @@ def add_engine_costs(path: Path, model: str, costs: dict[str, float], source: st
     (hardware,) = doc["hardware"].values()
     for key, value in costs.items():
         hardware[key] = {model: {engine_cost_field(key): value, "source": source}}
+    path.write_text(dumps(doc))
+
+
+def add_ray_steps(path: Path, model: str, steps) -> None:
+    """Replace the step overhead in the calibration at `path` by the one the Ray engine's own steps show
+    (`steps`: decode and prefill steps from ray_steps.RaySteps.measure); the op-level KV read rate is kept (the
+    decode steps of a batch are taken at one context)."""
+    from reference_impl.calibration.engine_steps import fit_engine_steps
+
+    decode, prefill = steps
+    doc = fit_engine_steps(json.loads(path.read_text()), CPU_HARDWARE, model, decode, prefill,
+                           kv_batch=decode[0].batch_size, engine="the Ray engine (one instance, alone)",
+                           source="Ray engine steps on this machine, loop CPU time (repro/sim_vs_real/ray_steps.py)")
     path.write_text(dumps(doc))

@@ -6,7 +6,10 @@ times on an idle core takes longer when every instance steps at once (measured h
 
 Measured on a Ray engine of the arm's instances (pooling off, so nothing but the cores is shared): the same
 requests served by instance 0 alone, then the same requests by every instance at once, alternating `rounds`
-times; the ratio of instance 0's compute time per step, together over alone, median over the rounds.
+times; the ratio of instance 0's compute time per step, together over alone, median over the rounds, on the wall
+clock and in its loop's CPU time (`cpu_ratio`: beside the others a step's work itself takes longer, the caches and
+memory being shared). The pooled arm's simulator reads the CPU ratio times how much of a core a loop gets while
+the cluster serves past saturation (pooled.py), since the cost model is the Ray engine's steps in CPU time.
 """
 import statistics
 from dataclasses import dataclass
@@ -24,6 +27,9 @@ class CoRun:
     together_ms: list[float]
     num_instances: int
     batch: int
+    cpu_ratio: float  # median over rounds of together_cpu_ms / alone_cpu_ms
+    alone_cpu_ms: list[float]  # ... in its loop's CPU time
+    together_cpu_ms: list[float]
 
 
 def measure_co_run(model, ray_config, num_instances: int, *, batch: int = 16, prompt_len: int = 32,
@@ -40,18 +46,20 @@ def measure_co_run(model, ray_config, num_instances: int, *, batch: int = 16, pr
     engine = RayEngine(config, model, ray_config)
     next_id = iter(range(10**9))
 
-    def counters() -> tuple[float, int]:
+    def counters() -> tuple[float, float, int]:
         stats = loop_counters(engine).get(0, {})
-        return stats.get("compute_s", 0.0), stats.get("num_steps", 0)
+        return stats.get("compute_s", 0.0), stats.get("compute_cpu_s", 0.0), stats.get("num_steps", 0)
 
-    def compute_ms_per_step(homes) -> float:
-        compute_s, steps = counters()
+    def compute_ms_per_step(homes) -> tuple[float, float]:
+        """(wall, CPU) ms of instance 0's compute per step."""
+        compute_s, cpu_s, steps = counters()
         for home in homes:
             for p in prompts:
                 engine.add_request(Sequence(next(next_id), list(p), max_new_tokens), home)
         engine.run()
-        compute_after_s, steps_after = counters()
-        return 1e3 * (compute_after_s - compute_s) / max(1, steps_after - steps)
+        compute_after_s, cpu_after_s, steps_after = counters()
+        n = max(1, steps_after - steps)
+        return 1e3 * (compute_after_s - compute_s) / n, 1e3 * (cpu_after_s - cpu_s) / n
 
     try:
         compute_ms_per_step([0])  # warm-up
@@ -61,5 +69,8 @@ def measure_co_run(model, ray_config, num_instances: int, *, batch: int = 16, pr
             together.append(compute_ms_per_step(range(num_instances)))
     finally:
         engine.shutdown()
-    ratio = statistics.median(t / a for t, a in zip(together, alone))
-    return CoRun(ratio, alone, together, num_instances, batch)
+    def ratio(i: int) -> float:
+        return statistics.median(t[i] / a[i] for t, a in zip(together, alone))
+
+    return CoRun(ratio(0), [a[0] for a in alone], [t[0] for t in together], num_instances, batch,
+                 ratio(1), [a[1] for a in alone], [t[1] for t in together])

@@ -55,9 +55,10 @@ STAT_KEYS = ("num_steps", "num_moves_accepted", "num_moves_refused", "num_full_h
 # wall clock (serve_cpu_s: the serving thread's CPU time); reply_wait_s: a home's wait for its partners' calls of
 # an earlier step to return (part of messaging_s); peer_call_s: the control phase's calls on peers' rManagers that
 # wait for a reply (num_peer_calls of them; part of messaging_s); compute_cpu_s: the loop thread's CPU time in the
-# compute phase (beside compute_s on the wall clock: their ratio is how much of a core the model got)
+# compute phase (beside compute_s on the wall clock: their ratio is how much of a core the model got), and
+# control_cpu_s in the control phases of steps (peers' replies included: waiting for one costs little CPU)
 TIME_KEYS = ("step_s", "control_s", "compute_s", "wait_s", "messaging_s", "serve_compute_s", "serve_cpu_s",
-             "reply_wait_s", "peer_call_s", "compute_cpu_s")
+             "reply_wait_s", "peer_call_s", "compute_cpu_s", "control_cpu_s")
 
 
 class InstanceLoop:
@@ -147,13 +148,14 @@ class InstanceLoop:
             self.hold()
         if not self.reforms.empty():
             self.rejoin()
-        t0, messaging_s = time.perf_counter(), self.stats["messaging_s"]
+        t0, cpu0, messaging_s = time.perf_counter(), time.thread_time(), self.stats["messaging_s"]
         batch, works = self.control()
         t1 = time.perf_counter()
         self.stats["control_s"] += t1 - t0 - (self.stats["messaging_s"] - messaging_s)  # peers' replies apart
         if batch is None and not works:
             self.mailbox.serve(IDLE_WAIT_S)
             return
+        self.stats["control_cpu_s"] += time.thread_time() - cpu0
         self.exchange(batch, works)
         self.stats["num_steps"] += 1
         self.stats["step_s"] += time.perf_counter() - t0

@@ -52,7 +52,7 @@ def instance_stats(stats: dict[int, dict]) -> dict:
     return {"num_steps": {str(i): s["num_steps"] for i, s in sorted(stats.items())},  # per instance
             **{f"{key[:-2]}_ms": per(key, steps) for key in ("step_s", "control_s", "compute_s", "wait_s",
                                                              "messaging_s", "reply_wait_s", "peer_call_s",
-                                                             "compute_cpu_s")},
+                                                             "compute_cpu_s", "control_cpu_s")},
             "num_served": served, "num_peer_calls": calls, "peer_call_each_ms": per("peer_call_s", calls),
             "num_partner_calls": total("num_partner_calls"),
             "serve_ms": per("serve_compute_s", served), "serve_cpu_ms": per("serve_cpu_s", served),

@@ -1,0 +1,74 @@
+"""The Ray engine's own step times, for the pooled arm's cost model: the step overhead the simulator adds to the
+layer terms is fitted to the steps of the engine that serves the arm (calibration/engine_steps.py, as for real
+vLLM), not to the in-process engine's that `repro profile` steps. A Ray instance's step does more than the local
+engine's (its mailbox served at every layer, the data plane's step plan, its results and heartbeat calls): alone on
+this machine it computes 1.12-1.16x what the local engine's calibration predicts at batches 1-8.
+
+Measured on one Ray instance (pooling off, so nothing is shared), closed loop: `batch` requests of `prompt_len`
+tokens, once generating one token (the run is a prefill step of `batch` prompts) and once generating `1 + decode`
+(the same prefill and `decode` decode steps); a decode step is the difference of the two runs' loop CPU time
+(control and compute phases) over the difference of their steps. CPU time, as the op-level profile: what a step
+costs its core, not the wait for one (the co-run term covers that)."""
+import numpy as np
+
+from reference_impl.calibration.engine_steps import DecodeStep, PrefillStep
+from reference_impl.engine import EngineConfig
+from reference_impl.sequence import Sequence, num_blocks_for
+
+STEP_CPU_KEYS = ("control_cpu_s", "compute_cpu_s")
+
+
+class RaySteps:
+    """A one-instance Ray engine kept between measurements (paused in between)."""
+
+    def __init__(self, model, ray_config, *, max_batch: int, prompt_len: int, decode: int, block_size: int,
+                 seed: int = 0):
+        from reference_impl.backends.ray import RayEngine
+
+        self.prompt_len, self.decode, self.block_size = prompt_len, decode, block_size
+        blocks = max_batch * num_blocks_for(prompt_len + decode + 1, block_size) + 1
+        config = EngineConfig(1, blocks, block_size=block_size, max_batch_size=max_batch, pooling=False, seed=seed)
+        self.engine = RayEngine(config, model, ray_config)
+        self.rng = np.random.default_rng(seed)
+        self.vocab = model.config.vocab_size
+        self.next_id = 0
+
+    def _run(self, batch: int, new_tokens: int) -> tuple[float, int]:
+        """(loop CPU seconds, steps) of `batch` requests generating `new_tokens` each."""
+        from reference_impl.backends.ray.serving import loop_counters
+
+        def totals():
+            stats = loop_counters(self.engine)[0]
+            return sum(stats[k] for k in STEP_CPU_KEYS), stats["num_steps"]
+
+        cpu_s, steps = totals()
+        for _ in range(batch):
+            prompt = self.rng.integers(0, self.vocab, self.prompt_len).tolist()
+            self.engine.add_request(Sequence(self.next_id, prompt, new_tokens), 0)
+            self.next_id += 1
+        self.engine.run()
+        cpu_after_s, steps_after = totals()
+        return cpu_after_s - cpu_s, steps_after - steps
+
+    def measure(self, batches, repeats: int) -> tuple[list[DecodeStep], list[PrefillStep]]:
+        """Per batch and repeat, one decode step (at the mean KV of its decode steps) and one prefill step."""
+        self.engine.resume()
+        decode, prefill = [], []
+        try:
+            self._run(max(batches), 2)  # warm-up
+            for _ in range(repeats):
+                for b in batches:
+                    one_s, one_steps = self._run(b, 1)
+                    many_s, many_steps = self._run(b, 1 + self.decode)
+                    prefill.append(PrefillStep(b, self.prompt_len, one_s / max(1, one_steps)))
+                    if many_steps > one_steps:
+                        blocks = np.mean([num_blocks_for(self.prompt_len + i, self.block_size)
+                                          for i in range(1, self.decode + 1)])
+                        decode.append(DecodeStep(b, int(b * blocks * self.block_size),
+                                                 (many_s - one_s) / (many_steps - one_steps)))
+        finally:
+            self.engine.pause()
+        return decode, prefill
+
+    def close(self) -> None:
+        self.engine.shutdown()
