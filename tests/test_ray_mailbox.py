@@ -54,3 +54,21 @@ def test_two_loops_waiting_on_each_other_both_get_their_answers():
     for t in threads:
         t.join(timeout=20)
     assert answers == {"a": "a!", "b": "b!"}
+
+
+def test_a_wait_that_only_mail_ends_looks_rarely_and_wakes_at_once_on_mail():
+    """A held loop waits with a long poll (only mail lets it go on): it looks at its condition a few times a
+    second, not 2000, and a message still ends the wait at once."""
+    box, released, looks = Mailbox(), [], []
+
+    def done():
+        looks.append(1)
+        return bool(released)
+
+    assert not box.wait(done, timeout_s=0.2, poll_s=0.05)
+    assert len(looks) <= 6  # 0.2 s at one look per 0.05 s, and the first
+    waiter = threading.Thread(target=lambda: box.wait(done, poll_s=10.0))
+    waiter.start()
+    box.post(released.append, True)
+    waiter.join(timeout=2.0)
+    assert not waiter.is_alive()  # the message woke it long before its 10 s poll

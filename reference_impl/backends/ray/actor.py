@@ -133,6 +133,7 @@ class InstanceActor:
     def stop(self) -> None:
         if self.loop is not None:
             self.loop.stopping = True
+            self.loop.mailbox.wake()
 
     # --- driver: dispatch, results, observation
     def add_request(self, seq: Sequence) -> None:

@@ -76,13 +76,14 @@ class Mailbox:
             except queue.Empty:
                 return
 
-    def wait(self, done: Callable[[], bool], timeout_s: float | None = None) -> bool:
-        """On the loop thread: serve mail until `done()`; False when `timeout_s` passed first."""
+    def wait(self, done: Callable[[], bool], timeout_s: float | None = None, poll_s: float = POLL_S) -> bool:
+        """On the loop thread: serve mail until `done()`; False when `timeout_s` passed first. `poll_s`: how long it
+        sleeps on the mailbox between looks (longer where only mail can make `done()` true)."""
         deadline = None if timeout_s is None else time.perf_counter() + timeout_s
         while not done():
             if deadline is not None and time.perf_counter() > deadline:
                 return False
-            self.serve(POLL_S)
+            self.serve(poll_s)
         return True
 
     def sleep(self, seconds: float) -> None:
