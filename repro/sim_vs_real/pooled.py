@@ -9,14 +9,16 @@ The workload is a trace scaled by a fixed rule (workloads/scaling.py): the trace
 instance, so the requests above it outgrow one. Rates: multiples of the higher of the two systems' saturation
 rates, each measured first by serving every request at once. Clock: the wall clock (the instances are processes
 of their own). Calibration, taken before each rate: `repro profile` of one core in CPU time (the layers, the
-attention kernel, the engine's step overhead) and the gloo link between two processes (calibration/profile_link.py),
+attention kernel), the step overhead of the Ray engine's own steps on one instance alone (ray_steps.py; the
+in-process engine's is lower) and the gloo link between two processes (calibration/profile_link.py),
 the link the simulator's remote MicroAttention and KV moves travel; and, from Infinite-LLM's saturation run, what
 the Ray engine's pooling costs beyond the KV reads and the link: how long a debtor step waits for a creditor
 serving it (the serving thread's wall time, its core shared with the creditor's own step), what that costs the
 creditor's core (its CPU time), and one control-plane call on a peer that waits for the reply (reservations,
 reserved blocks, reclaim asks), which the simulator charges per call its control plane makes; and, before
-everything, how much slower a step computes while every instance computes (co_run.py: the instances share the
-machine's cores), which the simulator applies to a step by the share of the others computing as it starts. On a
+everything, how much more CPU a step takes while every instance computes (co_run.py: the instances share the
+machine's caches) times how much of a core a loop gets in the saturation runs (its compute phase's wall over CPU
+time), which the simulator applies to a step by the share of the others computing as it starts. On a
 shared machine the wall-clock runs are slower than a CPU-time calibration predicts by what the load takes: the load
 average is kept before and after every run.
 """
