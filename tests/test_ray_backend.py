@@ -433,8 +433,9 @@ def test_the_ray_engines_steps_calibrate_the_step_overhead(tmp_path):
                              "attention": {"kv_read_bytes_per_s": 1e15, "prefill_attn_flops_per_s": 1e15,
                                            "derivation": "by hand"}}}}))
     add_ray_steps(path, "llama-tiny", (decode, prefill))
-    overhead = json.loads(path.read_text())["hardware"]["cpu"]["step_overhead_s"]["llama-tiny"]
-    assert "Ray engine" in overhead["derivation"]
+    fitted = json.loads(path.read_text())["hardware"]["cpu"]
+    assert "Ray engine" in fitted["step_overhead_s"]["llama-tiny"]["derivation"]
+    assert fitted["attention"]["kv_read_bytes_per_s"] == 1e15  # one context per batch: the op-level rate is kept
     model = CalibratedPerfModel.for_setting(model="llama-tiny", gpu="cpu", link="intra-node", coefficients_path=path)
     for b in (1, 3):  # the model's decode step is what the engine's took (the mean of the two repeats)
         measured_s = [s.step_s for s in decode if s.batch_size == b]

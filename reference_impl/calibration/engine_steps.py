@@ -1,4 +1,5 @@
-"""Another engine's cost model from its measured step times (real vLLM, timed from outside), in the calibration format.
+"""Another engine's cost model from its measured step times (real vLLM timed from outside, the Ray engine from its
+loops' counters), in the calibration format.
 
 The op-level profile of this machine (profile_local.py: one layer's non-attention ops, prefill attention) is kept;
 two terms are replaced by what the engine's own steps show:
@@ -44,9 +45,10 @@ def kv_read_bytes_per_s(steps: list[DecodeStep], num_layers: int, kv_bytes_per_t
 
 
 def fit_engine_steps(ops_doc: dict, hardware: str, model: str, decode: list[DecodeStep], prefill: list[PrefillStep],
-                     *, kv_batch: int, engine: str, source: str) -> dict:
+                     *, kv_batch: int | None, engine: str, source: str) -> dict:
     """`ops_doc` (a `repro profile` document of this machine) with the KV read rate and the step overhead of
-    `engine` fitted to its measured steps; `kv_batch`: the batch size whose steps span several contexts."""
+    `engine` fitted to its measured steps; `kv_batch`: the batch size whose steps span several contexts (None: no
+    step spans several, the op-level KV read rate is kept)."""
     from reference_impl.calibration.profile_local import _layer_terms
 
     spec = model_spec(model)
@@ -55,8 +57,10 @@ def fit_engine_steps(ops_doc: dict, hardware: str, model: str, decode: list[Deco
     hw.setdefault("step_overhead_s", {}).pop(model, None)
     attention = hw["attention"]
     kv_bytes = 2 * spec.num_kv_heads * spec.head_dim * hw["dtype_bytes"]
-    rate = kv_read_bytes_per_s([s for s in decode if s.batch_size == kv_batch], spec.num_layers, kv_bytes)
+    rate = None if kv_batch is None else kv_read_bytes_per_s([s for s in decode if s.batch_size == kv_batch],
+                                                             spec.num_layers, kv_bytes)
     kv_note = (f"{engine}'s decode steps at batch {kv_batch}: slope of step time vs KV tokens" if rate is not None else
+               f"{engine}'s decode steps were taken at one context: the op-level rate is kept" if kv_batch is None else
                f"{engine}'s decode steps did not grow with KV at batch {kv_batch}: the op-level rate is kept")
     if rate is not None:
         attention["kv_read_bytes_per_s"] = round_sig(rate)
@@ -72,7 +76,7 @@ def fit_engine_steps(ops_doc: dict, hardware: str, model: str, decode: list[Deco
     hw["step_overhead_s"][model] = {
         "decode": median_curve_entry(decode_x, decode_y, source),
         "prefill": median_curve_entry(prefill_x, prefill_y, source),
-        "derivation": f"{engine}'s own steps, timed from outside it: step time minus this file's layer terms; decode "
+        "derivation": f"{engine}'s own steps ({source}): step time minus this file's layer terms; decode "
                       f"over batch sizes {sorted(set(decode_x))}, prefill over prompt tokens {sorted(set(prefill_x))}"}
     doc["profile"]["engine"] = engine
     return doc

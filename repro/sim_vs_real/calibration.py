@@ -79,12 +79,12 @@ def add_engine_costs(path: Path, model: str, costs: dict[str, float], source: st
 
 def add_ray_steps(path: Path, model: str, steps) -> None:
     """Replace the step overhead in the calibration at `path` by the one the Ray engine's own steps show
-    (`steps`: decode and prefill steps from ray_steps.RaySteps.measure); the op-level KV read rate is kept (the
-    decode steps of a batch are taken at one context)."""
+    (`steps`: decode and prefill steps from ray_steps.RaySteps.measure); the op-level KV read rate is kept (each
+    batch's decode steps are taken at one context)."""
     from reference_impl.calibration.engine_steps import fit_engine_steps
 
     decode, prefill = steps
     doc = fit_engine_steps(json.loads(path.read_text()), CPU_HARDWARE, model, decode, prefill,
-                           kv_batch=decode[0].batch_size, engine="the Ray engine (one instance, alone)",
+                           kv_batch=None, engine="the Ray engine (one instance, alone)",
                            source="Ray engine steps on this machine, loop CPU time (repro/sim_vs_real/ray_steps.py)")
     path.write_text(dumps(doc))

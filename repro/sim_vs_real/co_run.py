@@ -69,6 +69,7 @@ def measure_co_run(model, ray_config, num_instances: int, *, batch: int = 16, pr
             together.append(compute_ms_per_step(range(num_instances)))
     finally:
         engine.shutdown()
+
     def ratio(i: int) -> float:
         return statistics.median(t[i] / a[i] for t, a in zip(together, alone))
 

@@ -30,7 +30,7 @@ import numpy as np
 from reference_impl.serving.records import REJECTED
 from repro.load import load_1m
 from repro.progress import progress
-from repro.sim_vs_real.calibration import (CPU_HARDWARE as CPU, add_engine_costs, add_measured_link, add_ray_steps,
+from repro.sim_vs_real.calibration import (CPU_HARDWARE, add_engine_costs, add_measured_link, add_ray_steps,
                                            calibrate, calibration_record, context_tokens, overhead_batches)
 from repro.sim_vs_real.co_run import measure_co_run
 from repro.sim_vs_real.ray_steps import RaySteps
@@ -68,11 +68,11 @@ def _sim_counts(result) -> dict:
 
 def sim_config(engine, gm_config, setup: PooledSetup, model: str, coefficients_path: Path):
     """The simulated cluster of the real one: the engine's and the gManager's settings, this machine's calibration
-    (`gpu` = CPU, the name `repro profile` gives it) and its gloo link."""
+    (`gpu` = CPU_HARDWARE, the name `repro profile` gives it) and its gloo link."""
     from reference_impl.links import GLOO
     from reference_impl.sim.config import SimConfig
 
-    return SimConfig(model=model, gpu=CPU, num_instances=engine.num_instances, link=GLOO,
+    return SimConfig(model=model, gpu=CPU_HARDWARE, num_instances=engine.num_instances, link=GLOO,
                      block_size=engine.block_size, max_batch_size=engine.max_batch_size,
                      move_chunk_tokens=engine.move_chunk_tokens, gmanager_interval_s=setup.gmanager_interval_s,
                      dgfm=engine.dgfm, exclusive_roles=engine.exclusive_roles, max_lent_blocks=engine.max_lent_blocks,
@@ -155,7 +155,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
         ray_steps = RaySteps(model, ray_config, max_batch=setup.max_batch_size, prompt_len=context_tokens(burst),
                              decode=RAY_STEP_DECODE, block_size=setup.block_size, seed=seed)
         first = calibrated(-1, 0.0)
-        perf = CalibratedPerfModel.for_setting(model=spec.name, gpu=CPU, link=GLOO, coefficients_path=first)
+        perf = CalibratedPerfModel.for_setting(model=spec.name, gpu=CPU_HARDWARE, link=GLOO, coefficients_path=first)
         server = RayServer(model, ray_config, gmanager_config=gm_config, perf_model=perf)
         co_run = measure_co_run(model, ray_config, setup.num_instances, seed=seed, rounds=2 if quick else 3)
         log(f"  pooled arm: an instance's step computes {co_run.co_run_slowdown:.2f}x as long beside the others "

@@ -25,36 +25,41 @@ class RaySteps:
                  seed: int = 0):
         from reference_impl.backends.ray import RayEngine
 
-        self.prompt_len, self.decode, self.block_size = prompt_len, decode, block_size
+        self.prompt_len, self.decode = prompt_len, decode
         blocks = max_batch * num_blocks_for(prompt_len + decode + 1, block_size) + 1
         config = EngineConfig(1, blocks, block_size=block_size, max_batch_size=max_batch, pooling=False, seed=seed)
         self.engine = RayEngine(config, model, ray_config)
         self.rng = np.random.default_rng(seed)
         self.vocab = model.config.vocab_size
         self.next_id = 0
+        # KV tokens a request holds in its decode steps, on average: what the simulator counts (blocks x size)
+        self.decode_kv_tokens = block_size * float(np.mean([num_blocks_for(prompt_len + i, block_size)
+                                                            for i in range(1, decode + 1)]))
+        self.totals = (0.0, 0)  # the loop's CPU seconds and steps as of the last run's end
 
-    def _run(self, batch: int, new_tokens: int) -> tuple[float, int]:
-        """(loop CPU seconds, steps) of `batch` requests generating `new_tokens` each."""
+    def _totals(self) -> tuple[float, int]:
         from reference_impl.backends.ray.serving import loop_counters
 
-        def totals():
-            stats = loop_counters(self.engine)[0]
-            return sum(stats[k] for k in STEP_CPU_KEYS), stats["num_steps"]
+        stats = loop_counters(self.engine)[0]
+        return sum(stats[k] for k in STEP_CPU_KEYS), stats["num_steps"]
 
-        cpu_s, steps = totals()
+    def _run(self, batch: int, new_tokens: int) -> tuple[float, int]:
+        """(loop CPU seconds, steps) of `batch` requests generating `new_tokens` each (an idle loop adds to
+        neither, so the last run's end is this one's start)."""
         for _ in range(batch):
             prompt = self.rng.integers(0, self.vocab, self.prompt_len).tolist()
             self.engine.add_request(Sequence(self.next_id, prompt, new_tokens), 0)
             self.next_id += 1
         self.engine.run()
-        cpu_after_s, steps_after = totals()
-        return cpu_after_s - cpu_s, steps_after - steps
+        (cpu_s, steps), self.totals = self.totals, self._totals()
+        return self.totals[0] - cpu_s, self.totals[1] - steps
 
     def measure(self, batches, repeats: int) -> tuple[list[DecodeStep], list[PrefillStep]]:
         """Per batch and repeat, one decode step (at the mean KV of its decode steps) and one prefill step."""
         self.engine.resume()
         decode, prefill = [], []
         try:
+            self.totals = self._totals()
             self._run(max(batches), 2)  # warm-up
             for _ in range(repeats):
                 for b in batches:
@@ -62,9 +67,7 @@ class RaySteps:
                     many_s, many_steps = self._run(b, 1 + self.decode)
                     prefill.append(PrefillStep(b, self.prompt_len, one_s / max(1, one_steps)))
                     if many_steps > one_steps:
-                        blocks = np.mean([num_blocks_for(self.prompt_len + i, self.block_size)
-                                          for i in range(1, self.decode + 1)])
-                        decode.append(DecodeStep(b, int(b * blocks * self.block_size),
+                        decode.append(DecodeStep(b, int(b * self.decode_kv_tokens),
                                                  (many_s - one_s) / (many_steps - one_steps)))
         finally:
             self.engine.pause()
