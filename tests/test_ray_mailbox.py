@@ -2,6 +2,7 @@
 threads deliver them in; a call from another thread gets the loop thread's answer (or its exception); a loop
 that waits keeps answering its mail, so two loops asking each other at once both get their answers."""
 import threading
+import time
 
 import pytest
 
@@ -72,3 +73,17 @@ def test_a_wait_that_only_mail_ends_looks_rarely_and_wakes_at_once_on_mail():
     box.post(released.append, True)
     waiter.join(timeout=2.0)
     assert not waiter.is_alive()  # the message woke it long before its 10 s poll
+
+
+def test_device_time_passes_on_one_wait_that_mail_still_interrupts():
+    """A device-time step's wait blocks on the mailbox until its end (it used to look every 2 ms), runs a message
+    that comes meanwhile at once, and still lasts its whole time."""
+    box, ran, serves = Mailbox(), [], []
+    serve = box.serve
+    box.serve = lambda timeout_s=0.0: serves.append(timeout_s) or serve(timeout_s)
+    threading.Timer(0.1, lambda: box.post(lambda: ran.append(time.perf_counter()))).start()
+    t0 = time.perf_counter()
+    box.sleep(0.3)
+    assert time.perf_counter() - t0 >= 0.3
+    assert len(ran) == 1 and ran[0] - t0 < 0.2  # run when it came, not at the end
+    assert len(serves) <= 4  # before and after the message (150 looks at one per 2 ms)
