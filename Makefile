@@ -15,7 +15,7 @@ BENCH_ARGS ?= --benchmark-timer=time.process_time --benchmark-columns=min,median
 BENCH_JSON ?= .benchmarks/make-test.json
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: setup test test-gpu check-attention bench-attention bench bless bless-speed clean
+.PHONY: setup test test-gpu validate-gpu check-attention bench-attention bench bless bless-speed clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,15 @@ bless-speed: $(STAMP)
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -m gpu
+
+# The engine and the cost model on one GPU in one command, at most 8 minutes (docs/gpu-validation.md). It runs
+# on the machine's python3 where that has CUDA torch (no `make setup` needed), else on the project's venv;
+# VALIDATE_ARGS=--dry-run rehearses it on the CPU at toy sizes.
+VALIDATE_OUT ?= results/validate-gpu/run-$(shell date -u +%Y%m%dT%H%M%SZ)
+validate-gpu:
+	@py=$$(python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null && echo python3 \
+		|| { test -x $(BIN)/python && echo $(BIN)/python || echo python3; }); \
+	$$py -m repro validate-gpu --out $(VALIDATE_OUT) $(VALIDATE_ARGS)
 
 check-attention: $(STAMP)
 	$(BIN)/repro attention check

@@ -176,16 +176,20 @@ def weight_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def random_model(config: ModelConfig = TINY, seed: int = 0, dtype=torch.float32) -> LlamaModel:
-    """Random weights from `seed` (norm weights near 1, matrices ~ N(0, 0.02) like HF's init)."""
-    gen = torch.Generator().manual_seed(seed)
+def random_model(config: ModelConfig = TINY, seed: int = 0, dtype=torch.float32, device=None) -> LlamaModel:
+    """Random weights from `seed` (norm weights near 1, matrices ~ N(0, 0.02) like HF's init). With a `device`
+    they are drawn there by that device's generator (a 7B model drawn on the host takes minutes), so they differ
+    from the host's draw of the same seed."""
+    device = torch.device(device or "cpu")
+    gen = torch.Generator(device=device).manual_seed(seed)
     weights = {}
     for name, shape in weight_shapes(config).items():
-        if len(shape) == 1:
-            weights[name] = 1.0 + 0.1 * torch.randn(shape, generator=gen)
-        else:
-            weights[name] = 0.02 * torch.randn(shape, generator=gen)
-    return LlamaModel(config, {k: v.to(dtype) for k, v in weights.items()})
+        w = torch.randn(shape, generator=gen, device=device)
+        w = w.mul_(0.1).add_(1.0) if len(shape) == 1 else w.mul_(0.02)
+        weights[name] = w.to(dtype)
+    model = LlamaModel(config, weights)
+    model.inv_freq = model.inv_freq.to(device)
+    return model
 
 
 def load_model(path: str | Path, dtype=torch.float32) -> LlamaModel:

@@ -26,6 +26,8 @@ COMMANDS = {
             "Run an experiment and write results/<experiment>/<run-id>/result.json."),
     "simulate": ("repro.commands.simulate:simulate",
                  "Serve a workload file on the simulated cluster and print its summary."),
+    "validate-gpu": ("repro.commands.validate_gpu:validate_gpu",
+                     "The engine and the cost model checked on one GPU in one command (--dry-run: on the CPU)."),
     "workloads": ("repro.commands.workloads:workloads",
                   "The nine traces (infinite-llm Table 1) and eighteen datasets (distkv-llm Table 2)."),
 }

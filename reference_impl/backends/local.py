@@ -88,12 +88,12 @@ def check_prompts(model: LlamaModel, prompts: list[list[int]]) -> None:
 
 
 def generate(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int, config: EngineConfig, *,
-             ignore_eos: bool = False, record_logits: bool = False, on_step=None) -> GenerationResult:
-    """Greedy generation of every prompt on a local cluster; `on_step(engine)` runs after each step."""
+             ignore_eos: bool = False, record_logits: bool = False, on_step=None, device="cpu") -> GenerationResult:
+    """Greedy generation of every prompt on a local cluster on `device`; `on_step(engine)` runs after each step."""
     check_prompts(model, prompts)
     if max_new_tokens < 1:
         raise InputError("--max-new-tokens must be >= 1")
-    backend = LocalBackend(model, config, record_logits=record_logits)
+    backend = LocalBackend(to_device(model, device), config, device=device, record_logits=record_logits)
     engine = Engine(config, backend)
     eos = None if ignore_eos else model.config.eos_token_id
     seqs = [Sequence(i, list(p), max_new_tokens, eos) for i, p in enumerate(prompts)]

@@ -65,12 +65,12 @@ def measure_overhead(spec: ModelSpec, layers, *, batches, prompt_len: int, prefi
     """{"decode": curve over batch size, "prefill": curve over a step's prompt tokens (k prompts of `prompt_len`),
     each with its two parts} in seconds
     per step. `layers`: the cost model of the op-level profile (a PerfModel without step overhead)."""
-    from reference_impl.backends.local import LocalBackend, to_device
+    from reference_impl.backends.local import LocalBackend
     from reference_impl.engine import Engine, EngineConfig
     from reference_impl.model import random_model
     from reference_impl.sequence import Sequence, num_blocks_for
 
-    model = to_device(random_model(engine_model_config(spec), seed, dtype), device)
+    model = random_model(engine_model_config(spec), seed, dtype, device)
     timer = _TimedForward(model, device, now)
     model.forward = timer
     block_size = EngineConfig().block_size

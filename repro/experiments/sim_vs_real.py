@@ -100,7 +100,7 @@ def device_is_cpu(device: str) -> bool:
 
 
 def run(params: RunParams, log) -> dict:
-    from reference_impl.backends.local import serve, to_device
+    from reference_impl.backends.local import serve
     from reference_impl.calibration.profile_overhead import engine_model_config
     from reference_impl.calibration.specs import model_spec
     from reference_impl.engine import EngineConfig
@@ -129,7 +129,7 @@ def run(params: RunParams, log) -> dict:
     torch.set_num_threads(extra["threads"])
     spec = model_spec(extra["model"])
     dtype = torch.float32 if device.type == "cpu" else torch.float16
-    model = to_device(random_model(engine_model_config(spec), params.seed, dtype), device)
+    model = random_model(engine_model_config(spec), params.seed, dtype, device)
     num_blocks = max_batch * num_blocks_for(max_tokens, BLOCK_SIZE) + 1  # every running request fits: no preemption
     engine_config = EngineConfig(1, num_blocks, block_size=BLOCK_SIZE, max_batch_size=max_batch, seed=params.seed)
     make = lambda rate: _requests(extra["trace"], num_requests, rate, max_tokens, params.seed)  # noqa: E731

@@ -1,0 +1,101 @@
+"""The summary (markdown) and the figure of a `repro validate-gpu` result."""
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def _part_lines(name: str, r: dict) -> list[str]:
+    h = r["headline"]
+    if name == "attention":
+        return [f"- exactness: {h['cases_ok']}/{h['cases']} kernel cases within their bound (Triton and torch vs "
+                f"exact fp32 attention, split into random parts and merged by ScaleReduce)",
+                f"- decode bandwidth at {h['points_over_1gib']} points of >= 1 GiB of KV: {h['pct_of_peak_min']:.1f}-"
+                f"{h['pct_of_peak_max']:.1f}% of {h['peak_gb_s']:.0f} GB/s ({h['peak_source']}), "
+                f"{h['speed_vs_sdpa_min']:.2f}-{h['speed_vs_sdpa_max']:.2f}x the speed of SDPA on contiguous KV"]
+    if name == "engine":
+        return [f"- greedy tokens equal to transformers: one instance {h['one_instance_equal']}/{h['requests']}, "
+                f"{r['spilled']['instances']} instances with KV spilled {h['spilled_equal']}/{h['requests']} "
+                f"(up to {100 * h['max_remote_fraction']:.0f}% of rBlocks away from their home instance)"]
+    if name == "steps":
+        bw = h["decode_kv_gb_s_max"]
+        return [f"- {r['model']} ({r['num_layers']} layers, {r['dtype']}, random weights), measured / predicted by "
+                f"{r['predicted_with']}: decode median {h['decode_median_ratio']:.2f}x over {h['decode_points']} "
+                f"points, prefill median {h['prefill_median_ratio']:.2f}x over {h['prefill_points']}",
+                f"- a decode step's KV read rate: up to {'-' if bw is None else f'{bw:.0f}'} GB/s"]
+    if name == "pooling":
+        return [f"- tokens equal to one instance in {h['runs_equal']}/{h['runs']} pooled runs "
+                f"({', '.join(str(x['instances']) for x in r['runs'])} instances, every request spilled)",
+                f"- one decode step with KV dealt over {h['instances']} instances: {h['pooled_over_local']:.2f}x "
+                f"the step with all KV local (batch {r['step']['batch']}, {r['step']['context']} tokens each)"]
+    if name == "serving":
+        lines = [f"- {r['model']} ({r['dtype']}), trace {r['trace']}, {r['num_requests']} requests at "
+                 f"{', '.join(f'{x:g}' for x in r['rates_per_s'])} req/s (saturation "
+                 f"{r['saturation']['rate_per_s']:.3g} req/s, {r['saturation']['output_tok_s']:.0f} tok/s)",
+                 "", "| rate req/s | measured tok/s | committed | on the spot | TTFT err committed / spot | "
+                 "TPOT err committed / spot |", "|---|---|---|---|---|---|"]
+        for p in r["points"]:
+            c, s = p["committed_error"], p["on_the_spot_error"]
+            lines.append(f"| {p['rate_per_s']:g} | {p['measured']['output_tok_s']:.1f} | "
+                         f"{p['committed']['output_tok_s']:.1f} ({_pct(c['output_tok_s'])}) | "
+                         f"{p['on_the_spot']['output_tok_s']:.1f} ({_pct(s['output_tok_s'])}) | "
+                         f"{_pct(c['mean_ttft_s'])} / {_pct(s['mean_ttft_s'])} | "
+                         f"{_pct(c['mean_tpot_s'])} / {_pct(s['mean_tpot_s'])} |")
+        m = r["median_abs_error"]
+        lines += ["", "- median |error| of output tok/s: committed " + f"{100 * m['committed']['output_tok_s']:.1f}%, "
+                  f"on the spot {100 * m['on_the_spot']['output_tok_s']:.1f}%"]
+        return lines
+    return []
+
+
+def summary_markdown(doc: dict) -> str:
+    dev = doc["device"]
+    lines = [f"# validate-gpu ({doc['mode']}): {dev['name']}, {doc['date']}", "",
+             f"torch {doc['versions']['torch']}, triton {doc['versions']['triton']}, transformers "
+             f"{doc['versions']['transformers']}; {doc['total_wall_s']:.0f} s in all; "
+             f"{'all parts passed' if doc['passed'] else 'NOT all parts passed'}", ""]
+    for name, part in doc["parts"].items():
+        lines.append(f"## {name}: {part['status']} ({part['wall_s']:.0f} s of {part['budget_s']} s)")
+        if "result" in part:
+            lines += _part_lines(name, part["result"])
+        else:
+            tail = part.get("error", "").strip().splitlines()[-1:] or ["(no output)"]
+            lines.append(f"- {tail[0]}")
+        lines.append("")
+    lines += [f"- {n}" for n in doc.get("notes", [])]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def draw_figure(doc: dict, path) -> None:
+    """(a) engine step measured vs the committed cost model's prediction; (b) output tok/s by rate, measured and
+    simulated with both calibrations."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    steps = doc["parts"].get("steps", {}).get("result")
+    if steps:
+        for kind, marker in (("decode", "o"), ("prefill", "s")):
+            pts = [p for p in steps["points"] if p["kind"] == kind]
+            a.scatter([1e3 * p["predicted_s"] for p in pts], [1e3 * p["measured_s"] for p in pts], marker=marker,
+                      label=kind)
+        values = [1e3 * p[k] for p in steps["points"] for k in ("predicted_s", "measured_s")]
+        lo, hi = min(values) / 1.5, max(values) * 1.5
+        a.plot([lo, hi], [lo, hi], color="grey", lw=0.8, ls="--", label="measured = predicted")
+        a.set(xscale="log", yscale="log", xlabel="predicted step (ms)", ylabel="measured step (ms)",
+              title=f"(a) {steps['model']} steps vs {steps['predicted_with'].split(' (')[0]}")
+        a.legend(fontsize=8)
+    serving = doc["parts"].get("serving", {}).get("result")
+    if serving:
+        rates = [p["rate_per_s"] for p in serving["points"]]
+        for key, label in (("measured", "measured"), ("committed", "simulated: committed calibration"),
+                           ("on_the_spot", "simulated: profiled on the spot")):
+            b.plot(rates, [p[key]["output_tok_s"] for p in serving["points"]], marker="o", label=label)
+        b.set(xlabel="request rate (req/s)", ylabel="output tok/s", title=f"(b) serving trace {serving['trace']}")
+        b.legend(fontsize=8)
+    fig.suptitle(f"validate-gpu ({doc['mode']}) on {doc['device']['name']}, {doc['date'][:10]}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

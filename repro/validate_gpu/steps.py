@@ -1,0 +1,142 @@
+"""Part 3: real engine steps of a LLaMA2-7B-shaped model (random weights) beside the simulator's cost model.
+
+A step is `LocalBackend.execute` as the engine calls it (the step's plan, the decoder with DistAttention over
+paged rBlocks, the LM head, the sampled ids back on the host), timed from the host; the KV of a point lies in
+blocks scattered at random over the cache, as in a cache that has seen many requests come and go."""
+import statistics
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from repro.validate_gpu.sizes import COMMITTED_GPU, COMMITTED_MODEL
+
+SEED = 0
+BLOCK_SIZE = 16
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_step_s(backend, seqs, tables, is_prefill: bool, reps: int) -> float:
+    """Median wall seconds of one engine step over `reps`, after one warm-up; `tables[i]`: the rBlocks of
+    `seqs[i]`."""
+    instance = SimpleNamespace(rm=SimpleNamespace(tables={s.req_id: t for s, t in zip(seqs, tables)}))
+    samples = []
+    for _ in range(reps + 1):
+        _sync(backend.device)
+        start = time.perf_counter()
+        backend.execute(instance, seqs, is_prefill)  # returns the ids on the host: the step is done
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples[1:])
+
+
+def on_instance(addresses: list[int], inst_id: int = 0):
+    """A request's rBlocks at `addresses` of one instance's device tier."""
+    from reference_impl.rblock import DEVICE, RBlock
+
+    return [RBlock(i, inst_id, DEVICE, a) for i, a in enumerate(addresses)]
+
+
+def sequences(batch: int, tokens: int, vocab: int, rng, decode: bool):
+    from reference_impl.sequence import Sequence
+
+    seqs = []
+    for i in range(batch):
+        ids = rng.integers(0, vocab, tokens).tolist()
+        seq = Sequence(i, ids[:-1] if decode else ids, 2)
+        if decode:
+            seq.output_ids.append(ids[-1])
+        seqs.append(seq)
+    return seqs
+
+
+def decode_grid(batches, contexts, capacity_tokens: int):
+    """(batch, context) points whose KV fits `capacity_tokens`, and those skipped."""
+    fits, skipped = [], []
+    for b in batches:
+        for ctx in contexts:
+            (fits if b * -(-ctx // BLOCK_SIZE) * BLOCK_SIZE <= capacity_tokens else skipped).append((b, ctx))
+    return fits, skipped
+
+
+def kv_bandwidth(points: list[dict]) -> list[dict]:
+    """Per batch: the KV read rate of a decode step, as the extra KV bytes between its shortest and longest
+    context over the extra time (the rest of the step is the same at both)."""
+    out = []
+    for b in sorted({p["batch"] for p in points}):
+        mine = sorted((p for p in points if p["batch"] == b), key=lambda p: p["context"])
+        if len(mine) > 1 and mine[-1]["measured_s"] > mine[0]["measured_s"]:
+            extra = mine[-1]["kv_bytes"] - mine[0]["kv_bytes"]
+            out.append({"batch": b, "contexts": [mine[0]["context"], mine[-1]["context"]],
+                        "kv_gb_s": extra / (mine[-1]["measured_s"] - mine[0]["measured_s"]) / 1e9})
+    return out
+
+
+def run(size, device: torch.device) -> dict:
+    from reference_impl.backends.local import LocalBackend
+    from reference_impl.calibration.model import CalibratedPerfModel
+    from reference_impl.calibration.profile_overhead import engine_model_config
+    from reference_impl.calibration.specs import model_spec
+    from reference_impl.engine import EngineConfig
+    from reference_impl.model import random_model
+    from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
+    from reference_impl.sequence import num_blocks_for
+    from repro.benchmarks.timing import peak_bandwidth_gb_s
+
+    spec = model_spec(size.model)
+    config = engine_model_config(spec, size.num_layers)
+    dtype = getattr(torch, size.dtype)
+    model = random_model(config, SEED, dtype, device)
+    predictor = CalibratedPerfModel.for_setting(model=COMMITTED_MODEL, gpu=COMMITTED_GPU, link="intra-node")
+    kv_bytes_per_token = 2 * config.num_layers * config.num_kv_heads * config.head_dim * dtype.itemsize
+    capacity = int(size.max_kv_gib * 2**30 // kv_bytes_per_token) // BLOCK_SIZE * BLOCK_SIZE
+    fits, skipped = decode_grid(size.batches, size.contexts, capacity)
+    rng = np.random.default_rng(SEED)
+    points = []
+    need = max(b * num_blocks_for(ctx, BLOCK_SIZE) for b, ctx in fits)
+    backend = LocalBackend(model, EngineConfig(1, need, block_size=BLOCK_SIZE, max_batch_size=max(size.batches)),
+                           device=device)
+    for b, ctx in fits:
+        blocks = num_blocks_for(ctx, BLOCK_SIZE)
+        order = rng.permutation(need)[: b * blocks].reshape(b, blocks).tolist()
+        tables = [on_instance(t) for t in order]
+        measured = timed_step_s(backend, sequences(b, ctx, config.vocab_size, rng, True), tables, False, size.reps)
+        load = InstanceLoad(batch_size=b, attn_kv_tokens=b * blocks * BLOCK_SIZE)  # as the simulator counts it
+        predicted = step_time_s(predictor, load)
+        points.append({"kind": "decode", "batch": b, "context": ctx, "kv_bytes": b * ctx * kv_bytes_per_token,
+                       "measured_s": measured, "predicted_s": predicted, "ratio": measured / predicted})
+    del backend
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    longest = max(size.prefill_lens)
+    backend = LocalBackend(model, EngineConfig(1, num_blocks_for(longest, BLOCK_SIZE), block_size=BLOCK_SIZE),
+                           device=device)
+    for n in size.prefill_lens:
+        table = [on_instance(list(range(num_blocks_for(n, BLOCK_SIZE))))]
+        measured = timed_step_s(backend, sequences(1, n, config.vocab_size, rng, False), table, True,
+                                max(1, size.reps - 2))
+        predicted = step_time_s(predictor, InstanceLoad(0, 0, prefill_tokens=n,
+                                                        prefill_attn_pairs=causal_prefill_pairs(n)))
+        points.append({"kind": "prefill", "batch": 1, "context": n, "kv_bytes": 0, "measured_s": measured,
+                       "predicted_s": predicted, "ratio": measured / predicted})
+    peak_gb_s, peak_source = peak_bandwidth_gb_s(device)
+    bandwidth = kv_bandwidth([p for p in points if p["kind"] == "decode"])
+    for row in bandwidth:
+        row["pct_of_peak"] = 100 * row["kv_gb_s"] / peak_gb_s
+
+    def median_ratio(kind):
+        return statistics.median(p["ratio"] for p in points if p["kind"] == kind)
+
+    return {"passed": True, "model": spec.name, "num_layers": config.num_layers, "dtype": size.dtype,
+            "predicted_with": f"{COMMITTED_MODEL} on {COMMITTED_GPU} (the committed calibration the figures use)",
+            "shape_matches_prediction": spec.name == COMMITTED_MODEL and config.num_layers == predictor.num_layers,
+            "kv_capacity_tokens": capacity, "skipped": [{"batch": b, "context": c} for b, c in skipped],
+            "points": points, "decode_kv_bandwidth": bandwidth, "peak_gb_s": peak_gb_s, "peak_source": peak_source,
+            "headline": {"decode_median_ratio": median_ratio("decode"), "prefill_median_ratio": median_ratio("prefill"),
+                         "decode_points": sum(p["kind"] == "decode" for p in points),
+                         "prefill_points": sum(p["kind"] == "prefill" for p in points),
+                         "decode_kv_gb_s_max": max((r["kv_gb_s"] for r in bandwidth), default=None)}}
