@@ -18,11 +18,20 @@ def _part_lines(name: str, r: dict) -> list[str]:
                 f"{r['spilled']['instances']} instances with KV spilled {h['spilled_equal']}/{h['requests']} "
                 f"(up to {100 * h['max_remote_fraction']:.0f}% of rBlocks away from their home instance)"]
     if name == "steps":
-        bw = h["decode_kv_gb_s_max"]
-        return [f"- {r['model']} ({r['num_layers']} layers, {r['dtype']}, random weights), measured / predicted by "
-                f"{r['predicted_with']}: decode median {h['decode_median_ratio']:.2f}x over {h['decode_points']} "
-                f"points, prefill median {h['prefill_median_ratio']:.2f}x over {h['prefill_points']}",
-                f"- a decode step's KV read rate: up to {'-' if bw is None else f'{bw:.0f}'} GB/s"]
+        lines = [f"- {r['model']} ({r['num_layers']} layers, {r['dtype']}, random weights), measured / predicted by "
+                 f"{r['predicted_with']}: decode median {h['decode_median_ratio']:.2f}x over {h['decode_points']} "
+                 f"points, prefill median {h['prefill_median_ratio']:.2f}x over {h['prefill_points']}",
+                 f"- a decode step's attention reads KV at {h['attention_kv_gb_s_min']:.0f}-"
+                 f"{h['attention_kv_gb_s_max']:.0f} GB/s (up to {h['attention_pct_of_peak_max']:.0f}% of "
+                 f"{r['peak_gb_s']:.0f} GB/s) at its largest points",
+                 "", "| step | batch | tokens | measured ms | predicted ms | ratio | attention ms (predicted) | KV GB/s |",
+                 "|---|---|---|---|---|---|---|---|"]
+        for p in r["points"]:
+            attn = (f"{1e3 * p['attention_s']:.2f} ({1e3 * p['predicted_attention_s']:.2f}) | "
+                    f"{p['attention_kv_gb_s']:.0f}") if p["kind"] == "decode" else "- | -"
+            lines.append(f"| {p['kind']} | {p['batch']} | {p['context']} | {1e3 * p['measured_s']:.2f} | "
+                         f"{1e3 * p['predicted_s']:.2f} | {p['ratio']:.2f} | {attn} |")
+        return lines
     if name == "pooling":
         return [f"- tokens equal to one instance in {h['runs_equal']}/{h['runs']} pooled runs "
                 f"({', '.join(str(x['instances']) for x in r['runs'])} instances, every request spilled)",

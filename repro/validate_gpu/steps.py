@@ -31,7 +31,47 @@ def timed_step_s(backend, seqs, tables, is_prefill: bool, reps: int) -> float:
         start = time.perf_counter()
         backend.execute(instance, seqs, is_prefill)  # returns the ids on the host: the step is done
         samples.append(time.perf_counter() - start)
-    return statistics.median(samples[1:])
+    return statistics.median(samples[1:] or samples)
+
+
+def attention_time_s(backend, seqs, tables, reps: int = 3) -> float:
+    """Median over `reps` steps of the time one decode step spends in its layers' attention (the new K/V written,
+    MicroAttention over the rBlocks, the merge), summed over the layers: CUDA events around each layer's call on
+    a GPU, where the host's launches of the whole step outlast the device's work and hide it from a step's wall
+    time."""
+    cuda = backend.device.type == "cuda"
+    totals = []
+    plan = backend.step_kv
+
+    def timed_plan(*args):
+        kv = plan(*args)
+        attend = kv.attend
+
+        def timed(layer, q, k, v):
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                out = attend(layer, q, k, v)
+                end.record()
+                spans.append((start, end))
+            else:
+                t0 = time.perf_counter()
+                out = attend(layer, q, k, v)
+                spans.append(time.perf_counter() - t0)
+            return out
+        kv.attend = timed
+        return kv
+
+    backend.step_kv = timed_plan
+    try:
+        for _ in range(reps):
+            spans = []
+            timed_step_s(backend, seqs, tables, False, 0)
+            _sync(backend.device)
+            totals.append(sum(s.elapsed_time(e) / 1e3 for s, e in spans) if cuda else sum(spans))
+    finally:
+        del backend.step_kv  # the class's own method again
+    return statistics.median(totals)
 
 
 def on_instance(addresses: list[int], inst_id: int = 0):
@@ -63,19 +103,6 @@ def decode_grid(batches, contexts, capacity_tokens: int):
     return fits, skipped
 
 
-def kv_bandwidth(points: list[dict]) -> list[dict]:
-    """Per batch: the KV read rate of a decode step, as the extra KV bytes between its shortest and longest
-    context over the extra time (the rest of the step is the same at both)."""
-    out = []
-    for b in sorted({p["batch"] for p in points}):
-        mine = sorted((p for p in points if p["batch"] == b), key=lambda p: p["context"])
-        if len(mine) > 1 and mine[-1]["measured_s"] > mine[0]["measured_s"]:
-            extra = mine[-1]["kv_bytes"] - mine[0]["kv_bytes"]
-            out.append({"batch": b, "contexts": [mine[0]["context"], mine[-1]["context"]],
-                        "kv_gb_s": extra / (mine[-1]["measured_s"] - mine[0]["measured_s"]) / 1e9})
-    return out
-
-
 def run(size, device: torch.device) -> dict:
     from reference_impl.backends.local import LocalBackend
     from reference_impl.calibration.model import CalibratedPerfModel
@@ -104,11 +131,16 @@ def run(size, device: torch.device) -> dict:
         blocks = num_blocks_for(ctx, BLOCK_SIZE)
         order = rng.permutation(need)[: b * blocks].reshape(b, blocks).tolist()
         tables = [on_instance(t) for t in order]
-        measured = timed_step_s(backend, sequences(b, ctx, config.vocab_size, rng, True), tables, False, size.reps)
+        seqs = sequences(b, ctx, config.vocab_size, rng, True)
+        measured = timed_step_s(backend, seqs, tables, False, size.reps)
         load = InstanceLoad(batch_size=b, attn_kv_tokens=b * blocks * BLOCK_SIZE)  # as the simulator counts it
         predicted = step_time_s(predictor, load)
-        points.append({"kind": "decode", "batch": b, "context": ctx, "kv_bytes": b * ctx * kv_bytes_per_token,
-                       "measured_s": measured, "predicted_s": predicted, "ratio": measured / predicted})
+        attention_s = attention_time_s(backend, seqs, tables)
+        kv_bytes = b * ctx * kv_bytes_per_token
+        points.append({"kind": "decode", "batch": b, "context": ctx, "kv_bytes": kv_bytes, "measured_s": measured,
+                       "predicted_s": predicted, "ratio": measured / predicted, "attention_s": attention_s,
+                       "attention_kv_gb_s": kv_bytes / attention_s / 1e9,
+                       "predicted_attention_s": load.attn_kv_tokens * predictor.kv_read_s_per_token * predictor.num_layers})
     del backend
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -124,9 +156,11 @@ def run(size, device: torch.device) -> dict:
         points.append({"kind": "prefill", "batch": 1, "context": n, "kv_bytes": 0, "measured_s": measured,
                        "predicted_s": predicted, "ratio": measured / predicted})
     peak_gb_s, peak_source = peak_bandwidth_gb_s(device)
-    bandwidth = kv_bandwidth([p for p in points if p["kind"] == "decode"])
-    for row in bandwidth:
-        row["pct_of_peak"] = 100 * row["kv_gb_s"] / peak_gb_s
+    for p in points:
+        if p["kind"] == "decode":
+            p["attention_pct_of_peak"] = 100 * p["attention_kv_gb_s"] / peak_gb_s
+    big = [p for p in points if p["kind"] == "decode" and p["kv_bytes"] >= 2**30] or \
+        [p for p in points if p["kind"] == "decode"]
 
     def median_ratio(kind):
         return statistics.median(p["ratio"] for p in points if p["kind"] == kind)
@@ -135,8 +169,10 @@ def run(size, device: torch.device) -> dict:
             "predicted_with": f"{COMMITTED_MODEL} on {COMMITTED_GPU} (the committed calibration the figures use)",
             "shape_matches_prediction": spec.name == COMMITTED_MODEL and config.num_layers == predictor.num_layers,
             "kv_capacity_tokens": capacity, "skipped": [{"batch": b, "context": c} for b, c in skipped],
-            "points": points, "decode_kv_bandwidth": bandwidth, "peak_gb_s": peak_gb_s, "peak_source": peak_source,
+            "points": points, "peak_gb_s": peak_gb_s, "peak_source": peak_source,
             "headline": {"decode_median_ratio": median_ratio("decode"), "prefill_median_ratio": median_ratio("prefill"),
                          "decode_points": sum(p["kind"] == "decode" for p in points),
                          "prefill_points": sum(p["kind"] == "prefill" for p in points),
-                         "decode_kv_gb_s_max": max((r["kv_gb_s"] for r in bandwidth), default=None)}}
+                         "attention_kv_gb_s_min": min(p["attention_kv_gb_s"] for p in big),
+                         "attention_kv_gb_s_max": max(p["attention_kv_gb_s"] for p in big),
+                         "attention_pct_of_peak_max": max(p["attention_pct_of_peak"] for p in big)}}
