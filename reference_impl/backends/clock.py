@@ -12,7 +12,7 @@ import time
 
 from reference_impl.errors import InputError
 from reference_impl.sequence import Sequence
-from reference_impl.serving.records import FINISHED, REJECTED, RequestRecord, ServingRun
+from reference_impl.serving.records import FAILED, FINISHED, REJECTED, RequestRecord, ServingRun
 
 
 class CpuClock:
@@ -46,7 +46,8 @@ def serve_on_clock(engine, requests, prompts: list[list[int]], *, time_limit_s: 
                    clock=time.perf_counter, sleep=time.sleep) -> ServingRun:
     """Serve `requests` (req_id, arrival_s, prompt_len, output_len) with `prompts[i]` the token ids of
     requests[i]; each generates exactly its output_len tokens. A request the engine refuses (InputError) is
-    rejected; those still running at `time_limit_s` stay unfinished."""
+    rejected; those still running at `time_limit_s` stay unfinished, and those the engine gave up on (its
+    `failed`: an instance died) are failed."""
     records = [RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len) for r in requests]
     result = ServingRun(records)
     order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, requests[i].req_id))
@@ -93,8 +94,11 @@ def serve_on_clock(engine, requests, prompts: list[list[int]], *, time_limit_s: 
         for seq in finished:
             _, record = live.pop(seq.req_id)
             record.status, record.finish_s = FINISHED, end_s
+    failed = getattr(engine, "failed", {})
     for seq, record in admitted:
         record.num_preemptions = seq.num_preemptions
+        if seq.req_id in failed:
+            record.status = FAILED
     result.num_steps = getattr(engine, "num_steps", len(result.step_end_s))
     result.end_s = clock() - t0
     return result

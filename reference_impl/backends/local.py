@@ -107,6 +107,8 @@ def generate(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int, c
 def to_device(model: LlamaModel, device) -> LlamaModel:
     """The model with its weights and RoPE table on `device` (the same object when it is there already)."""
     device = torch.device(device)
+    if not isinstance(model, LlamaModel):  # a DeviceTimeModel: it moves the model it wraps
+        return model.to(device)
     if model.w["model.embed_tokens.weight"].device == device:
         return model
     moved = LlamaModel(model.config, {k: w.to(device) for k, w in model.w.items()})

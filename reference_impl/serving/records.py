@@ -21,6 +21,7 @@ import numpy as np
 FINISHED = "finished"
 REJECTED = "rejected"  # does not fit (vLLM-M: its instance; any system: the cluster)
 UNFINISHED = "unfinished"  # still queued when the run stopped (stall or time limit)
+FAILED = "failed"  # given up by the engine (an instance died and it no longer fits the cluster)
 
 
 @dataclass(slots=True)

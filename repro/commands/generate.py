@@ -2,6 +2,7 @@ import json
 
 import click
 
+from repro.exit_codes import RequestsFailedExit
 from repro.options import parse_int_list, seed_option
 
 MAX_INSTANCES = 256  # instances of one process (each a model replica); more is a cluster's job (--backend ray)
@@ -34,7 +35,8 @@ def check_kv_fits_memory(model_config, instances: int, blocks_per_instance: int,
 @click.option("--no-pooling", is_flag=True, help="KV never leaves its instance (vLLM-M): preempt and recompute.")
 @click.option("--ignore-eos", is_flag=True, help="Generate --max-new-tokens even past the EOS token.")
 @seed_option
-@click.option("--json", "as_json", is_flag=True, help='Print {"token_ids": [[...]], "placement": [...]}.')
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"token_ids": [[...]], "placement": [...], "requests": [{"status", "reason"}, ...]}.')
 @click.option("--backend", type=click.Choice(["local", "ray", "vllm"]), default="local", show_default=True,
               help="local: one process; ray: each instance and the gManager a Ray actor; vllm: real vLLM engines "
                    "(--instances of them, vLLM-M; `make setup-vllm`).")
@@ -47,7 +49,8 @@ def generate(model_spec, instances, blocks_per_instance, block_size, prompt_ids,
              no_pooling, ignore_eos, seed, as_json, backend, address, ray_cpus, gpus_per_instance):
     """Greedy generation on the local backend; prints the tokens and where each request's rBlocks ended up.
 
-    With a small --blocks-per-instance the KV spills to other instances and the tokens stay the same."""
+    With a small --blocks-per-instance the KV spills to other instances and the tokens stay the same. Exit status 3
+    when some requests failed (an instance died and they no longer fit), after printing every request."""
     import numpy as np
 
     from reference_impl.backends.local import generate as run_generate
@@ -71,22 +74,32 @@ def generate(model_spec, instances, blocks_per_instance, block_size, prompt_ids,
         return
     config = EngineConfig(num_instances=instances, blocks_per_instance=blocks_per_instance, block_size=block_size,
                           pooling=not no_pooling, seed=seed)
+    failed = {}  # request index -> why it could not finish (the Ray backend, when an instance dies)
     if backend == "ray":
         from reference_impl.backends.ray import RayConfig
         from reference_impl.backends.ray import generate as ray_generate
 
         ray_config = RayConfig(address=address, num_cpus=ray_cpus, gpus_per_instance=gpus_per_instance)
         result = ray_generate(model, prompts, max_new_tokens, config, ray_config, ignore_eos=ignore_eos)
-        for i, reason in sorted(result.failed.items()):
-            click.echo(f"request {i} failed: {reason}", err=True)
+        failed = result.failed
     else:
         result = run_generate(model, prompts, max_new_tokens, config, ignore_eos=ignore_eos)
+    echo_result(result, failed, block_size, as_json)
+    if failed:
+        raise RequestsFailedExit(failed, len(prompts))
+
+
+def echo_result(result, failed: dict[int, str], block_size: int, as_json: bool) -> None:
+    """Each request's tokens (so far, for a failed one), status and where its rBlocks ended up, on stdout."""
     placement = [[{"inst_id": i, "num_blocks": n} for i, n in sorted(p.items())] for p in result.placement]
+    requests = [{"status": "failed" if i in failed else "finished", "reason": failed.get(i)}
+                for i in range(len(result.token_ids))]
     if as_json:
-        click.echo(json.dumps({"token_ids": result.token_ids, "placement": placement}))
+        click.echo(json.dumps({"token_ids": result.token_ids, "placement": placement, "requests": requests}))
         return
     for i, (tokens, where) in enumerate(zip(result.token_ids, placement)):
-        blocks = ", ".join(f"instance {w['inst_id']}: {w['num_blocks']}" for w in where)
-        click.echo(f"request {i}: {' '.join(map(str, tokens))}")
+        blocks = ", ".join(f"instance {w['inst_id']}: {w['num_blocks']}" for w in where) or "none"
+        status = f" (failed after {len(tokens)} tokens: {failed[i]})" if i in failed else ""
+        click.echo(f"request {i}{status}: {' '.join(map(str, tokens))}")
         click.echo(f"  rBlocks ({block_size} tokens each) at the end: {blocks}")
     click.echo(f"{result.num_steps} steps, {result.num_preemptions} preemptions")

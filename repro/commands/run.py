@@ -68,6 +68,7 @@ class RunCommand(click.Command):
 @click.option("--force", is_flag=True, help="Run again even if the result exists.")
 def run(name, backend, quick, seed, address, params, run_id, results_dir, force):
     """Run an experiment and write results/<experiment>/<run-id>/result.json."""
+    from repro.exit_codes import exit_on_failed_requests
     from repro.experiments.base import RunParams
     from repro.experiments.registry import get_experiment
     from repro.progress import progress_log
@@ -79,7 +80,7 @@ def run(name, backend, quick, seed, address, params, run_id, results_dir, force)
         raise click.BadParameter(f"only with --backend ray (got --backend {backend})", param_hint="--address")
     exp = get_experiment(name)
     run_params = RunParams(quick=quick, backend=backend, seed=seed, address=address, extra=parse_params(params))
-    with progress_log(name, echo=click.echo) as log:
+    with exit_on_failed_requests(), progress_log(name, echo=click.echo) as log:  # Ray points: an instance died
         path, ran = run_and_save(exp, run_params, results_dir, force=force, run_id=run_id, log=log)
     if ran:
         click.echo(f"wrote {path}")

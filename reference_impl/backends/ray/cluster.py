@@ -48,12 +48,30 @@ def check_reachable(address: str, timeout_s: float) -> None:
                          f"`ray start --head --port {port}` or check --address") from None
 
 
+def ray_prints_to_stderr() -> None:
+    """Whatever Ray prints in this process goes to stderr: a command's stdout carries only its result.
+
+    `log_to_driver=False` keeps the workers' output in their log files, but the driver's thread that relays the
+    raylet's error messages ("(raylet) A worker died or was killed ...", about 1 KB) prints them on stdout and
+    Ray has no setting for that (2.60): its one printing function is wrapped to mark every message an error."""
+    printer = ray._private.worker.print_to_stdstream
+    if getattr(printer, "to_stderr", False):
+        return
+
+    def to_stderr(data, ignore_prefix):
+        printer({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.to_stderr = True
+    ray._private.worker.print_to_stdstream = to_stderr
+
+
 def init_ray(rc: RayConfig) -> bool:
     """Start or join Ray; True when this call started it (the caller shuts it down). A private Ray's workers
     inherit this process's environment (PYTHONPATH included); a remote cluster gets this package shipped as a
-    py_module, so its nodes need only Python, torch and ray."""
+    py_module, so its nodes need only Python, torch and ray. Ray's messages on this process go to stderr."""
     if ray.is_initialized():
         return False
+    ray_prints_to_stderr()
     kwargs = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": False}
     package = str(Path(reference_impl.__file__).parent)
     if rc.is_private:

@@ -17,8 +17,9 @@ from reference_impl.backends.clock import serve_on_clock
 from reference_impl.backends.local import random_prompts
 from reference_impl.backends.ray import RayConfig, RayEngine, init_ray
 from reference_impl.engine import EngineConfig
+from reference_impl.errors import RequestsFailed
 from reference_impl.model import LlamaModel
-from reference_impl.serving.records import ServingRun
+from reference_impl.serving.records import FAILED, ServingRun
 from reference_impl.sim.config import SimConfig
 from reference_impl.sim.systems import system_config
 
@@ -76,7 +77,8 @@ class RayServer:
     def serve(self, requests, config: EngineConfig, *, seed: int = 0,
               time_limit_s: float = 600.0) -> tuple[ServingRun, dict[int, dict]]:
         """`requests` against the clock; the records and each instance's loop counters over this workload
-        (loop.py's STAT_KEYS and TIME_KEYS)."""
+        (loop.py's STAT_KEYS and TIME_KEYS). Raises RequestsFailed when an instance died and some requests no
+        longer fit (the engine is dropped: the next workload gets a whole one)."""
         engine = self.engines.get(config)
         if engine is None:
             engine = self.engines[config] = RayEngine(config, self.model, self.ray_config, **self.engine_kwargs)
@@ -93,12 +95,16 @@ class RayServer:
         except BaseException:
             self._drop(config)
             raise
+        failed = {r.req_id - offset: engine.failed[r.req_id] for r in result.requests if r.status == FAILED}
         for record in result.requests:
             record.req_id -= offset
-        if engine.has_work:  # stopped at the time limit: its leftovers must not run into the next workload
+        # stopped at the time limit (its leftovers must not run into the next workload) or lost an instance
+        if engine.has_work or engine.num_instance_failures:
             self._drop(config)
         else:
             engine.pause()  # held until its next workload: an idle engine's loops and rounds still cost CPU
+        if failed:
+            raise RequestsFailed(failed, len(requests))
         stats = {i: {k: v - before.get(i, {}).get(k, 0) for k, v in s.items()} for i, s in after.items()}
         result.num_moved_blocks = sum(s["num_copied_blocks"] for s in stats.values())
         return result, stats
