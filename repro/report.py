@@ -1,6 +1,7 @@
 """`repro report`: one row per (headline claim, metric), from saved results only."""
 from dataclasses import asdict
 
+from repro.accuracy import accuracy_rows
 from repro.claims import headline_claims
 from repro.experiments.registry import EXPERIMENTS, get_experiment
 from repro.results import load_results
@@ -25,7 +26,7 @@ def build_report(results_dir: str) -> list[dict]:
                          "note": "no experiment result yet"})
         for row in found:
             rows.append({**asdict(row), "figure": claim["figure"], "verdict": row.verdict})
-    return rows
+    return rows + accuracy_rows(results_dir)
 
 
 def format_report(rows: list[dict]) -> str:

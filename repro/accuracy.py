@@ -1,0 +1,57 @@
+"""`repro report`'s simulator-accuracy lines: the simulator against measured runs, from saved results only
+(sim-vs-real on this project's CPU, `repro validate-gpu` on a GPU)."""
+import json
+from pathlib import Path
+
+
+def _row(metric: str, value: float | None, unit: str, note: str) -> dict:
+    return {"claim_id": "simulator-accuracy", "figure": "", "metric": metric, "paper": "", "reproduced": value,
+            "unit": unit, "verdict": "measured", "note": note}
+
+
+def _sim_vs_real(path: Path) -> list[dict]:
+    data = json.loads(path.read_text())["data"]
+    rows = []
+    arms = [("local", data.get("errors") or {})]
+    if isinstance(data.get("pooled_arm"), dict):
+        arms.append(("pooled Ray", data["pooled_arm"].get("errors") or {}))
+    for arm, errors in arms:
+        for system, metrics in sorted(errors.items()):
+            tok = metrics.get("output_tok_s")
+            if tok:
+                rows.append(_row(f"sim-vs-real {arm} {system}: out tok/s median |err|", 100 * tok["median_abs_rel_err"],
+                                 "%", f"{path.parent.name}, {data['machine']['device']}: {tok['num_points']} points, "
+                                      f"worst {100 * tok['worst_abs_rel_err']:.1f}% at {tok['worst_rate_per_s']:g} req/s"))
+    return rows
+
+
+def _validate_gpu(path: Path) -> list[dict]:
+    doc = json.loads(path.read_text())
+    if doc.get("mode") != "gpu":
+        return []
+    where = f"{path.parent.name}, {doc['device']['name']}, {doc['date'][:10]}"
+    rows = []
+    serving = doc["parts"].get("serving", {}).get("result")
+    if serving:
+        med = serving["median_abs_error"]
+        rows.append(_row(f"GPU serving, committed {serving['committed'].split(' on ')[1]} model: out tok/s median |err|",
+                         100 * med["committed"]["output_tok_s"], "%",
+                         f"{where}: profiled on the spot {100 * med['on_the_spot']['output_tok_s']:.1f}%; "
+                         f"{len(serving['points'])} rates, {serving['model']}"))
+    steps = doc["parts"].get("steps", {}).get("result")
+    if steps:
+        h = steps["headline"]
+        rows.append(_row("GPU engine decode step / committed model (median)", h["decode_median_ratio"], "x",
+                         f"{where}: prefill {h['prefill_median_ratio']:.2f}x; {steps['model']}"))
+    return rows
+
+
+def accuracy_rows(results_dir: str) -> list[dict]:
+    """One row per system and arm of each sim-vs-real result, and two per GPU validation run."""
+    root = Path(results_dir)
+    rows = []
+    for path in sorted(root.glob("sim-vs-real/*/result.json")):
+        rows += _sim_vs_real(path)
+    for path in sorted(root.glob("validate-gpu/*/result.json")):
+        rows += _validate_gpu(path)
+    return rows
