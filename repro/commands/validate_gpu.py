@@ -12,9 +12,11 @@ from repro.validate_gpu.sizes import PARTS
 @click.option("--part", "parts", type=click.Choice(PARTS), multiple=True, help="Run only these parts (default: all).")
 @click.option("--device", default="cuda", show_default=True, help="torch device of a GPU run.")
 def validate_gpu(out, dry_run, parts, device):
-    """The engine and the cost model on one GPU: kernel exactness and bandwidth, tokens against transformers,
-    real step times against the cost model, pooling on one GPU, and sim-vs-real serving; each part under its
-    own time budget (about 7 minutes in all on an H100)."""
+    """The engine and the cost model checked on one GPU in one command (--dry-run: on the CPU).
+
+    Kernel exactness and bandwidth, tokens against transformers, real step times against the cost model,
+    pooling on one GPU, and sim-vs-real serving; each part in its own process under its own time budget
+    (at most 8 minutes in all)."""
     from reference_impl.errors import InputError
     from repro.validate_gpu.runner import missing_packages
 
