@@ -4,71 +4,31 @@ Dispatch sends a new request to the instance with the most free memory; every st
 heartbeat, every `gmanager_interval_steps` the gManager runs a round (recalls + Algorithm 1, then DGFM) and
 its `move_kvcache` decisions go to the requests' home rManagers, which move KV in chunks.
 """
-from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 
 from reference_impl.dgfm import execute_swap
+from reference_impl.engine_config import EngineConfig, GManagerConfig
 from reference_impl.errors import InputError
-from reference_impl.gmanager import GManager, GManagerConfig
+from reference_impl.gmanager import GManager
 from reference_impl.instance import Backend, Instance
-from reference_impl.knobs import check_knobs
 from reference_impl.memo import Changes, Memo
 from reference_impl.perf_model import PerfModel
 from reference_impl.retrieval import blocks_to_retrieve, main_creditor
 from reference_impl.sequence import Sequence, num_blocks_for
 
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    num_instances: int = 1
-    blocks_per_instance: int = 64  # device-tier rBlocks per instance
-    cpu_blocks_per_instance: int = 0
-    block_size: int = 16  # tokens per rBlock
-    max_batch_size: int = 64
-    pooling: bool = True  # False: KV never leaves its instance (vLLM-M); preempt by recompute instead
-    max_lent_blocks: int | None = None  # cap on rBlocks lent to remote instances; None = no cap
-    move_chunk_tokens: int = 16  # KV moved per instance and step
-    gmanager_interval_steps: int = 8  # 0: no gManager rounds (spilling still asks it for creditors)
-    dgfm: bool = True
-    # True: infinite-llm 5.2, no instance borrows and lends at once; False: distkv-llm 4.5 (DGFM cancels cycles)
-    exclusive_roles: bool = True
-    chunked_prefill_tokens: int | None = None  # tokens per step, decodes included; None: whole prompts
-    seed: int = 0
-
-    def __post_init__(self):
-        check_knobs(self)
-        if self.blocks_per_instance < 0 or self.cpu_blocks_per_instance < 0:
-            raise InputError("block counts must be non-negative")
-
-    @property
-    def blocks_per_instance_total(self) -> int:
-        return self.blocks_per_instance + self.cpu_blocks_per_instance
-
-    def check_fits(self, seq: Sequence) -> None:
-        """Raise InputError when `seq`, prompt and all its new tokens, fits nowhere in this cluster."""
-        need = num_blocks_for(seq.num_tokens + seq.max_new_tokens, self.block_size)
-        room = self.blocks_per_instance_total
-        if self.pooling:
-            room += (self.num_instances - 1) * min(room, self.max_lent_blocks or room)
-        if need > room:
-            raise InputError(f"request {seq.req_id} needs {need} rBlocks of {self.block_size} tokens but "
-                             f"the {'cluster' if self.pooling else 'instance'} has {room}; "
-                             + ("raise --blocks-per-instance or --instances" if self.pooling else
-                                "raise --blocks-per-instance (with --no-pooling a request must fit one instance)"))
+__all__ = ["CHUNKED_SIM_ONLY", "Engine", "EngineConfig", "GManagerConfig"]
 
 
 CHUNKED_SIM_ONLY = "chunked prefill runs on the sim backend only; leave --chunked-prefill-tokens unset"
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, backend: Backend, *, gmanager_config: GManagerConfig | None = None,
-                 perf_model: PerfModel | None = None):
+    def __init__(self, config: EngineConfig, backend: Backend, *, perf_model: PerfModel | None = None):
         self.config = config
         self.backend = backend
-        self.gmanager = GManager(gmanager_config or GManagerConfig(block_size=config.block_size,
-                                                                   exclusive_roles=config.exclusive_roles), perf_model)
+        self.gmanager = GManager(config, perf_model)
         self.rng = np.random.default_rng(config.seed)
         if config.chunked_prefill_tokens is not None and not getattr(backend, "supports_chunked_prefill", False):
             raise InputError(CHUNKED_SIM_ONLY)
@@ -104,7 +64,7 @@ class Engine:
         if creditor_id is None:
             return 0
         return blocks_to_retrieve(self.gmanager.perf_model, debtor, self.instances[creditor_id], room, held,
-                                  self.config.block_size, self.gmanager.config.max_k_evals)
+                                  self.config.block_size, self.config.gmanager.max_k_evals)
 
     def add_request(self, seq: Sequence) -> int:
         """Dispatch to the instance with the most free memory (ties: the fewest running); returns its id."""

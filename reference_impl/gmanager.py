@@ -5,34 +5,24 @@ recalls the blocks of debtors that have free space again, then runs Algorithm 1;
 same map (dgfm.py). Its decisions are `MoveKVCache` messages for the requests' home rManagers.
 """
 from collections import defaultdict
-from dataclasses import dataclass
 
 import numpy as np
 
 from reference_impl.algorithm1 import InstanceView, plan_moves
 from reference_impl.dgfm import cancellable_debts, graph_nodes, plan_swap
+from reference_impl.engine_config import EngineConfig, GManagerConfig
 from reference_impl.memo import Memo
 from reference_impl.perf_model import AnalyticPerfModel, PerfModel
 from reference_impl.protocol import Heartbeat, InstanceStatus, MoveKVCache, RequestPlacementEntry, Swap
 
 
-@dataclass(frozen=True, slots=True)
-class GManagerConfig:
-    block_size: int = 16  # tokens per rBlock, for the perf model
-    beta_thres: int = 16  # debtors: batch <= beta_thres
-    util_thres: float = 0.7  # creditors: memory utilisation <= U_thres
-    num_candidates: int = 3  # creditor recommendations per query (distkv-llm 4.4)
-    instances_per_node: int = 8  # locality: creditors on the debtor's node come first
-    dgfm_min_blocks: int = 1  # DGFM swaps a cycle only when its smallest debt is at least this
-    max_k_evals: int | None = None  # Algorithm 1's block-count search: None = every k; else coarse-to-fine
-    # True: infinite-llm 5.2, a debtor is never recommended as a creditor. False: distkv-llm 4.5, an instance
-    # may borrow and lend at once, so debts can form cycles (which DGFM cancels). Algorithm 1 keeps 5.2's rule.
-    exclusive_roles: bool = True
+__all__ = ["GManager", "GManagerConfig"]
 
 
 class GManager:
-    def __init__(self, config: GManagerConfig | None = None, perf_model: PerfModel | None = None):
-        self.config = config or GManagerConfig()
+    def __init__(self, config: EngineConfig | None = None, perf_model: PerfModel | None = None):
+        """`config`: the engine's (its block size and roles rule, and its `gmanager` knobs)."""
+        self.config = config or EngineConfig()
         self.perf_model = perf_model or AnalyticPerfModel()
         self.entries: dict[tuple[int, int], RequestPlacementEntry] = {}
         self.status: dict[int, InstanceStatus] = {}
@@ -103,12 +93,13 @@ class GManager:
         """Up to `num_candidates` creditors: same node first, then most lendable space; never a debtor when
         roles are exclusive."""
         borrowers = {d for debts in self.ledger().values() for d in debts} if self.config.exclusive_roles else set()
-        node = debtor_inst // self.config.instances_per_node
+        knobs = self.config.gmanager
+        node = debtor_inst // knobs.instances_per_node
         candidates = [s for i, s in self.status.items()
                       if i != debtor_inst and i not in borrowers and s.num_lendable_blocks > 0]
-        candidates.sort(key=lambda s: (s.inst_id // self.config.instances_per_node != node,
+        candidates.sort(key=lambda s: (s.inst_id // knobs.instances_per_node != node,
                                        s.num_lendable_blocks < num_blocks, -s.num_lendable_blocks, s.inst_id))
-        return [s.inst_id for s in candidates[: self.config.num_candidates]]
+        return [s.inst_id for s in candidates[: knobs.num_candidates]]
 
     def plan_recalls(self, views: dict[int, InstanceView]) -> list[MoveKVCache]:
         """Debtors with free space take their own blocks back first (infinite-llm 5.2)."""
@@ -133,9 +124,10 @@ class GManager:
         recalls = self.plan_recalls(views)
         homes = self.homes()
         recalled = {homes[m.req_id] for m in recalls}
-        return recalls + plan_moves(views, self.perf_model, self.config.block_size, self.config.beta_thres,
-                                    self.config.util_thres, frozen=self.frozen, skip=recalled,
-                                    max_k_evals=self.config.max_k_evals, k_memo=self._k_memo)
+        knobs = self.config.gmanager
+        return recalls + plan_moves(views, self.perf_model, self.config.block_size, knobs.beta_thres,
+                                    knobs.util_thres, frozen=self.frozen, skip=recalled,
+                                    max_k_evals=knobs.max_k_evals, k_memo=self._k_memo)
 
     def plan_dgfm(self, rng: np.random.Generator) -> Swap | None:
         """A DGFM swap on one debt cycle, its requests frozen until `swap_done`."""
@@ -148,7 +140,7 @@ class GManager:
             if e.num_blocks and e.req_id not in self.frozen:
                 placements[e.req_id][e.inst_id] = e.num_blocks
         homes = self.homes()
-        graph = cancellable_debts(placements, homes, self.config.dgfm_min_blocks)
+        graph = cancellable_debts(placements, homes, self.config.gmanager.dgfm_min_blocks)
         swap = plan_swap(graph, placements, homes, rng)
         if swap is None:
             self._acyclic.set(self.version, len(graph_nodes(graph)))

@@ -3,7 +3,8 @@ from collections import Counter
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from reference_impl.gmanager import GManager, GManagerConfig
+from reference_impl.engine_config import EngineConfig, GManagerConfig
+from reference_impl.gmanager import GManager
 from reference_impl.protocol import InstanceStatus
 from reference_impl.rmanager import RManager
 
@@ -14,7 +15,8 @@ def make_cluster(blocks, cap, exclusive_roles=True):
     peers = {}
     rms = [RManager(i, n, 1, max_lent_blocks=cap, peers=peers, exclusive_roles=exclusive_roles)
            for i, n in enumerate(blocks)]
-    return rms, GManager(GManagerConfig(block_size=4, instances_per_node=2, exclusive_roles=exclusive_roles))
+    return rms, GManager(EngineConfig(block_size=4, exclusive_roles=exclusive_roles,
+                                      gmanager=GManagerConfig(instances_per_node=2)))
 
 
 def status(rm):

@@ -3,7 +3,8 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from reference_impl.dgfm import debt_graph, execute_swap, find_cycle
-from reference_impl.gmanager import GManager, GManagerConfig
+from reference_impl.engine_config import EngineConfig, GManagerConfig
+from reference_impl.gmanager import GManager
 from reference_impl.protocol import InstanceStatus
 from reference_impl.rmanager import RManager
 
@@ -53,7 +54,7 @@ def cycle_cluster(debts):
         assert rm.alloc_prompt(i, 10)
     for (d, c), n in debts.items():
         lend(rms, d, d, c, n)
-    gm = GManager(GManagerConfig(dgfm_min_blocks=2))
+    gm = GManager(EngineConfig(gmanager=GManagerConfig(dgfm_min_blocks=2)))
     for rm in rms:
         gm.heartbeat(rm.heartbeat(InstanceStatus(rm.inst_id, 20, rm.num_free, rm.num_lendable, 1), full=True))
     return rms, gm

@@ -4,7 +4,7 @@ import torch
 
 from reference_impl.backends.local import LocalBackend, generate
 from reference_impl.engine import Engine, EngineConfig
-from reference_impl.gmanager import GManagerConfig
+from reference_impl.engine_config import GManagerConfig
 from reference_impl.model import TINY, ModelConfig, contiguous_attention, random_model
 from reference_impl.sequence import Sequence
 
@@ -78,8 +78,9 @@ def test_gmanager_restart_rebuilds_the_map_mid_run():
 def test_algorithm1_moves_a_long_request_off_a_saturated_debtor():
     """Instance 0: one long request filling it and a queue; instance 1: a busy batch with room. The round
     offloads part of the long request to instance 1 and the tokens do not change."""
-    config = EngineConfig(2, 24, block_size=4, gmanager_interval_steps=0, dgfm=False)
-    engine = Engine(config, LocalBackend(MODEL, config), gmanager_config=GManagerConfig(block_size=4, beta_thres=2))
+    config = EngineConfig(2, 24, block_size=4, gmanager_interval_steps=0, dgfm=False,
+                          gmanager=GManagerConfig(beta_thres=2))
+    engine = Engine(config, LocalBackend(MODEL, config))
     long_prompt = list(range(1, 89))  # 22 of instance 0's 24 blocks
     engine.instances[0].scheduler.add(Sequence(0, long_prompt, 6))
     shorts = [[5, 6], [7], [8, 9], [3]]

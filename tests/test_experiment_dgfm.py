@@ -5,9 +5,10 @@ import json
 import pytest
 
 from reference_impl.dgfm import count_cycles
-from reference_impl.gmanager import GManager, GManagerConfig
+from reference_impl.engine_config import EngineConfig
+from reference_impl.gmanager import GManager
 from reference_impl.protocol import Heartbeat, InstanceStatus, RequestPlacementEntry as Entry
-from reference_impl.sim.config import SimConfig
+from reference_impl.sim.config import SimConfig, sim_engine
 from reference_impl.sim.simulator import simulate
 from repro.experiments.base import RunParams
 from repro.experiments.registry import get_experiment
@@ -35,7 +36,7 @@ def _heartbeat(gm, inst, used, entries, capacity=100):
 
 @pytest.mark.parametrize("exclusive, lends", [(True, False), (False, True)])
 def test_a_borrower_lends_only_when_roles_are_not_exclusive(exclusive, lends):
-    gm = GManager(GManagerConfig(block_size=16, exclusive_roles=exclusive))
+    gm = GManager(EngineConfig(exclusive_roles=exclusive))
     for inst, used in enumerate([90, 20, 50]):
         entries = {1: [Entry(0, 1, 10, True)], 2: [Entry(0, 2, 5, False)]}.get(inst, [])
         _heartbeat(gm, inst, used, entries)
@@ -44,7 +45,7 @@ def test_a_borrower_lends_only_when_roles_are_not_exclusive(exclusive, lends):
 
 
 def test_prefill_elsewhere_skips_only_the_prefill_time():
-    config = SimConfig(model="llama2-13b", num_instances=4, tp=2, link="intra-node")
+    config = SimConfig(model="llama2-13b", tp=2, link="intra-node", engine=sim_engine(num_instances=4))
     requests = [Request(0, 0.0, 400_000, 8, "test")]
     cold = simulate(config, requests).requests[0]
     warm = simulate(config, requests, prefill_elsewhere=True).requests[0]
@@ -86,12 +87,13 @@ def test_an_instance_refused_at_one_instant_stops_stepping_at_it_and_time_moves_
     import numpy as np
 
     from repro.experiments import dgfm
-    from reference_impl.sim.config import blocks_per_instance
+    from reference_impl.sim.config import blocks_per_instance, with_engine
     from reference_impl.sim.events import MAX_NOOP_STEPS_PER_INSTANT
 
-    capacity = blocks_per_instance(SimConfig(**dgfm.SETTING)) * SimConfig().block_size * dgfm.SETTING["num_instances"]
+    setting = dgfm.SETTING
+    capacity = blocks_per_instance(setting) * setting.engine.block_size * setting.engine.num_instances
     requests = dgfm.make_requests(capacity, 80.0, np.random.default_rng(0))
-    config = SimConfig(**dgfm.SETTING, dgfm=True, exclusive_roles=False, seed=0)
+    config = with_engine(setting, dgfm=True, exclusive_roles=False, seed=0)
     same_instant = {"t": None, "n": 0}
 
     def on_event(now_s):

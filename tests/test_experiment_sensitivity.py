@@ -1,10 +1,10 @@
-"""sensitivity --quick: every arm of the chosen inputs per group, one default arm each, the chunked-prefill arm
-skipped with a note where the simulator lacks it, and a slower prefill lowering every system's plateau."""
+"""sensitivity --quick: every arm of the chosen inputs per group, one default arm each, chunking off being the
+default run, and a slower prefill lowering every system's plateau."""
 import json
 
 from repro.experiments.base import RunParams
 from repro.experiments.registry import get_experiment
-from repro.experiments.sensitivity import ARMS, DEFAULTS, arm_group, has_chunked_prefill, owners
+from repro.experiments.sensitivity import ARMS, DEFAULTS, arm_group, owners
 from repro.results import load_results, run_and_save
 
 
@@ -17,12 +17,9 @@ def test_sensitivity_quick_arms_defaults_and_direction(tmp_path):
     prefill = [r for r in data["rows"] if r["input"] == "prefill_tflops"]
     assert [r["label"] for r in prefill] == [label for _, label in ARMS["prefill_tflops"]]
     assert sum(r["default"] for r in prefill) == 1
-    if has_chunked_prefill():
-        (off,) = [r for r in data["rows"] if r["input"] == "chunked_prefill_tokens" and r["default"]]
-        default = next(r for r in prefill if r["default"])
-        assert off["plateau_tok_s"] == default["plateau_tok_s"] and off["ratio"] == default["ratio"]
-    else:
-        assert any("chunked prefill skipped" in note for note in data["notes"])
+    (off,) = [r for r in data["rows"] if r["input"] == "chunked_prefill_tokens" and r["default"]]
+    default = next(r for r in prefill if r["default"])
+    assert off["plateau_tok_s"] == default["plateau_tok_s"] and off["ratio"] == default["ratio"]
     slow, calibrated = prefill[0], next(r for r in prefill if r["default"])
     for system, values in slow["plateau_tok_s"].items():
         assert values[0] < calibrated["plateau_tok_s"][system][0]
@@ -55,11 +52,12 @@ def test_runs_that_cannot_differ_run_once():
 def test_a_batch_cap_arm_reads_the_default_caps_point_only_below_both_caps():
     from repro.experiments.sensitivity import point_unless_cap_bound
     from repro.serving.tasks import PointTask
+    from reference_impl.sim.config import sim_engine
     from reference_impl.sim.systems import cluster
     from workloads import generate
     requests = tuple(generate(trace_id=0, num_requests=20, rate_per_s=5.0, seed=0))
-    task = PointTask("vllm-m", cluster("llama2-7b", "A100-80GB-SXM", 4, max_batch_size=64), requests, 5.0, "t", 0,
-                     steady_only=True)
+    base = cluster("llama2-7b", "A100-80GB-SXM", 4, engine=sim_engine(max_batch_size=64))
+    task = PointTask("vllm-m", base, requests, 5.0, "t", 0, steady_only=True)
     twin = {"rate_per_s": 5.0, "seed": 0, "peak_batch_size": 63, "steady_output_tok_s": -1.0, "wall_s": 2.0}
     assert point_unless_cap_bound({"vllm-m": [twin]}, 256, task) == {**twin, "wall_s": 0.0}
     for other in ({**twin, "peak_batch_size": 64}, {**twin, "rate_per_s": 5.5}, {**twin, "seed": 1},

@@ -1,6 +1,7 @@
 """Algorithm 1 on hand-built states (infinite-llm Figure 5) and the gManager's recalls and hints."""
 from reference_impl.algorithm1 import cluster_tps, instance_load
-from reference_impl.gmanager import GManager, GManagerConfig
+from reference_impl.engine_config import EngineConfig, GManagerConfig
+from reference_impl.gmanager import GManager
 from reference_impl.protocol import Heartbeat, InstanceStatus, RequestPlacementEntry as Entry
 
 BLOCK = 16
@@ -21,7 +22,7 @@ def figure5(gm):
 
 
 def test_figure5_proactive_placement_raises_debtor_batch_and_throughput():
-    gm = GManager(GManagerConfig(block_size=BLOCK, beta_thres=4, util_thres=0.7))
+    gm = GManager(EngineConfig(block_size=BLOCK, gmanager=GManagerConfig(beta_thres=4, util_thres=0.7)))
     figure5(gm)
     before = gm.views()
     tps_before = cluster_tps(gm.perf_model, before.values(), BLOCK)
@@ -43,14 +44,14 @@ def test_figure5_proactive_placement_raises_debtor_batch_and_throughput():
 
 
 def test_no_gain_no_move():
-    gm = GManager(GManagerConfig(block_size=BLOCK, beta_thres=4))
+    gm = GManager(EngineConfig(block_size=BLOCK, gmanager=GManagerConfig(beta_thres=4)))
     heartbeat(gm, 0, 100, 1, [Entry(0, 0, 100, True)])  # saturated but nothing waits: no batch to gain
     heartbeat(gm, 1, 32, 16, [Entry(100 + j, 1, 2, True) for j in range(16)])
     assert gm.run_round() == []
 
 
 def test_debtor_with_free_space_recalls_first_and_is_not_a_creditor():
-    gm = GManager(GManagerConfig(block_size=BLOCK, beta_thres=4))
+    gm = GManager(EngineConfig(block_size=BLOCK, gmanager=GManagerConfig(beta_thres=4)))
     heartbeat(gm, 0, 50, 1, [Entry(0, 0, 40, True)], waiting=0)
     heartbeat(gm, 1, 30, 2, [Entry(0, 1, 10, False), Entry(1, 1, 20, True)])
     heartbeat(gm, 2, 0, 0, [])
@@ -62,7 +63,7 @@ def test_debtor_with_free_space_recalls_first_and_is_not_a_creditor():
 
 
 def test_recommendations_by_locality_then_space():
-    gm = GManager(GManagerConfig(block_size=BLOCK, instances_per_node=2))
+    gm = GManager(EngineConfig(block_size=BLOCK, gmanager=GManagerConfig(instances_per_node=2)))
     for inst, used in enumerate([90, 60, 10, 0, 50]):
         heartbeat(gm, inst, used, 1, [])
     assert gm.recommend_creditors(0, 5) == [1, 3, 2]  # same node (1) first, then the emptiest

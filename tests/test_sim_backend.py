@@ -1,6 +1,4 @@
 """Sim backend: baselines' admission rules, determinism, invariants, bad input, Algorithm 1's coarse search."""
-from dataclasses import replace
-
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -9,7 +7,7 @@ from reference_impl.algorithm1 import best_block_count
 from reference_impl.errors import InputError
 from reference_impl.serving.records import FINISHED, REJECTED
 from reference_impl.sim.baselines import vllm_m, vllm_s
-from reference_impl.sim.config import SimConfig, blocks_per_instance
+from reference_impl.sim.config import SimConfig, blocks_per_instance, sim_engine, with_engine
 from reference_impl.sim.simulator import simulate
 from reference_impl.sim.systems import cluster, instance_tp, system_config
 from workloads import generate
@@ -20,13 +18,13 @@ GPU = "A100-80GB-SXM"
 
 
 def capacity_tokens(config) -> int:
-    return blocks_per_instance(config) * config.block_size
+    return blocks_per_instance(config) * config.engine.block_size
 
 
 def test_vllm_m_rejects_exactly_the_requests_that_exceed_one_instance():
     base = cluster("llama2-7b", GPU, 2)
     cap = capacity_tokens(base)
-    contexts = [1000, cap - 64, cap, cap + 1, cap + base.block_size, 2 * cap - 64, 500]
+    contexts = [1000, cap - 64, cap, cap + 1, cap + base.engine.block_size, 2 * cap - 64, 500]
     requests = [Request(i, 0.1 * i, c - 16, 16, "t") for i, c in enumerate(contexts)]
     m = simulate(vllm_m(base), requests)
     too_big = {i for i, c in enumerate(contexts) if c > cap}
@@ -50,14 +48,14 @@ def test_infinite_llm_serves_every_request_of_long_traces(trace):
 
 def test_same_seed_same_result_bit_for_bit():
     requests = generate(trace_id=0, num_requests=60, rate_per_s=20.0, seed=3, options=SourceOptions(source="fitted"))
-    config = SimConfig(num_instances=3)
+    config = SimConfig(engine=sim_engine(num_instances=3))
     a, b = simulate(config, requests), simulate(config, requests)
     assert a.requests == b.requests and a.step_end_s == b.step_end_s and a.summary() == b.summary()
 
 
 def test_tokens_counted_match_outputs_and_no_block_leaks():
     requests = generate(trace_id=1, num_requests=40, rate_per_s=50.0, seed=2, options=SourceOptions(source="fitted"))
-    config = SimConfig(num_instances=2, block_size=16)
+    config = SimConfig(engine=sim_engine(num_instances=2, block_size=16))
     engines, rounds = [], []
 
     def check_blocks(now_s, engine):
@@ -85,30 +83,29 @@ def test_tokens_counted_match_outputs_and_no_block_leaks():
     # one token per request and step: the output lengths of the workload (plus one per recomputed prefill)
     recomputed = sum(r.num_preemptions for r in done)
     assert sum(result.step_tokens) - recomputed == sum(r.output_len for r in requests)
-    for inst_id in range(config.num_instances):  # each instance produced the tokens of its own requests
+    for inst_id in range(config.engine.num_instances):  # each instance produced the tokens of its own requests
         mine = [t for t, i in zip(result.step_tokens, result.step_inst) if i == inst_id]
         assert sum(mine) >= sum(r.output_len for r in done if r.inst_id == inst_id) > 0
 
 
 def test_vllm_s_is_one_instance_tp_in_node_pp_across():
     s = vllm_s(cluster("llama2-7b", GPU, 32))
-    assert (s.num_instances, s.tp, s.pp, s.pooling) == (1, 8, 4, False)
+    assert (s.engine.num_instances, s.tp, s.pp, s.engine.pooling) == (1, 8, 4, False)
     assert capacity_tokens(s) > capacity_tokens(cluster("llama2-7b", GPU, 32))
     assert instance_tp("llama2-70b", GPU) == 4 and instance_tp("llama2-7b", GPU) == 1
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(model="gpt-5"), "unknown model"),
-    (dict(gpu="Z80"), "unknown GPU"),
-    (dict(tp=16), "does not fit a node"),
-    (dict(num_instances=0), "at least one instance"),
-    (dict(model="llama2-70b", tp=1), "does not fit"),
-    (dict(tp=3), "does not divide"),
+@pytest.mark.parametrize("make, match", [
+    (lambda: SimConfig(model="gpt-5"), "unknown model"),
+    (lambda: SimConfig(gpu="Z80"), "unknown GPU"),
+    (lambda: SimConfig(tp=16), "does not fit a node"),
+    (lambda: SimConfig(engine=sim_engine(num_instances=0)), "at least one instance"),
+    (lambda: SimConfig(model="llama2-70b", tp=1), "does not fit"),
+    (lambda: SimConfig(tp=3), "does not divide"),
 ])
-def test_bad_cluster_settings_are_one_line_errors(kwargs, match):
+def test_bad_cluster_settings_are_one_line_errors(make, match):
     with pytest.raises(InputError, match=match):
-        config = SimConfig(**kwargs)
-        blocks_per_instance(config)
+        blocks_per_instance(make())
 
 
 def test_unknown_system():
@@ -147,7 +144,7 @@ def test_chunked_prefill_serves_everything_and_keeps_decodes_going_through_a_lon
     requests = [Request(i, 0.01 * i, 200, 100, "short") for i in range(1, 9)]
     requests += [Request(0, 0.2, long_prompt, 8, "long")]
     whole = simulate(system_config(system, base), requests)
-    chunked = simulate(system_config(system, replace(base, chunked_prefill_tokens=2048)), requests)
+    chunked = simulate(system_config(system, with_engine(base, chunked_prefill_tokens=2048)), requests)
     for result in (whole, chunked):
         assert [r.status for r in result.requests] == [FINISHED] * len(requests)
         assert sum(result.step_tokens) == sum(r.output_len for r in requests)  # no preemption here
@@ -164,13 +161,13 @@ def test_chunked_prefill_serves_everything_and_keeps_decodes_going_through_a_lon
 
 def test_chunked_prefill_needs_a_block_per_step():
     with pytest.raises(InputError, match="chunked prefill"):
-        SimConfig(chunked_prefill_tokens=16)
+        SimConfig(engine=sim_engine(chunked_prefill_tokens=16))
 
 
 def test_capacity_check_is_the_engines_and_counts_the_lending_cap():
-    base = replace(cluster("llama2-7b", GPU, 2), max_lent_blocks=10)
-    own = capacity_tokens(base)
-    requests = [Request(0, 0.0, own + 10 * base.block_size - 16, 16, "fits"),
-                Request(1, 0.0, own + 10 * base.block_size + 1, 16, "over the cap")]
+    base = with_engine(cluster("llama2-7b", GPU, 2), max_lent_blocks=10)
+    own, bs = capacity_tokens(base), base.engine.block_size
+    requests = [Request(0, 0.0, own + 10 * bs - 16, 16, "fits"),
+                Request(1, 0.0, own + 10 * bs + 1, 16, "over the cap")]
     result = simulate(base, requests)
     assert [r.status for r in result.requests] == [FINISHED, REJECTED]

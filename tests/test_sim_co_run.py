@@ -6,7 +6,7 @@ import json
 import pytest
 
 from reference_impl.calibration import coefficients
-from reference_impl.sim.config import SimConfig
+from reference_impl.sim.config import SimConfig, sim_engine
 from reference_impl.sim.simulator import simulate
 from workloads import Request
 
@@ -23,8 +23,8 @@ def calibration(tmp_path, slowdown=None):
 
 
 def latencies(path, requests, num_instances=2):
-    config = SimConfig(model=MODEL, gpu=GPU, num_instances=num_instances, block_size=16, num_blocks=64,
-                       max_batch_size=8, pooling=False, coefficients_path=path)
+    config = SimConfig(model=MODEL, gpu=GPU, num_blocks=64, coefficients_path=path,
+                       engine=sim_engine(num_instances=num_instances, block_size=16, max_batch_size=8, pooling=False))
     return [r.finish_s - r.arrival_s for r in simulate(config, requests).requests]
 
 

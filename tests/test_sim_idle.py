@@ -1,8 +1,8 @@
 """idle_waiting_frac: instance-time with no step running while a waiting request fit the free rBlocks."""
 import math
-from dataclasses import replace
 
 from reference_impl.serving.records import FINISHED
+from reference_impl.sim.config import with_engine
 from reference_impl.sim.simulator import simulate
 from reference_impl.sim.systems import cluster, system_config
 from workloads.request import Request
@@ -12,7 +12,7 @@ def scenario():
     """Two one-request-at-a-time instances: r0 decodes long on instance 0; r1 (a bigger prompt, so r2 is sent
     to instance 0's queue, which has more free memory) is short on instance 1, which then sits idle while r2
     waits behind r0 although its memory could hold r2."""
-    base = replace(cluster("llama2-7b", "A100-80GB-SXM", 2), max_batch_size=1)
+    base = with_engine(cluster("llama2-7b", "A100-80GB-SXM", 2), max_batch_size=1)
     return base, [Request(0, 0.0, 1000, 400, "r0"), Request(1, 0.001, 20_000, 5, "r1"),
                   Request(2, 0.002, 1000, 10, "r2")]
 

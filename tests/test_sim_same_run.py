@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from reference_impl.sim.config import as_simulated
+from reference_impl.sim.config import as_simulated, with_engine
 from reference_impl.sim.simulator import simulate
 from reference_impl.sim.systems import cluster, system_config
 from workloads import generate
@@ -13,9 +13,11 @@ from workloads import generate
 LINKS = ("intra-node", "inter-node", "0.125")
 
 
-def _run(system: str, requests, **overrides):
-    config = system_config(system, dataclasses.replace(cluster("llama2-7b", "A100-80GB-SXM", 4), **overrides))
-    return simulate(config, requests)
+def _run(system: str, requests, max_batch_size: int | None = None, **overrides):
+    base = dataclasses.replace(cluster("llama2-7b", "A100-80GB-SXM", 4), **overrides)
+    if max_batch_size is not None:
+        base = with_engine(base, max_batch_size=max_batch_size)
+    return simulate(system_config(system, base), requests)
 
 
 def _trajectory(run) -> tuple:

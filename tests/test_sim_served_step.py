@@ -4,7 +4,7 @@ per-call latency of a control-plane call on a peer (peer_call_s)."""
 import json
 
 from reference_impl.calibration import coefficients
-from reference_impl.sim.config import SimConfig
+from reference_impl.sim.config import SimConfig, sim_engine
 from reference_impl.sim.simulator import simulate
 from workloads import Request
 
@@ -22,8 +22,8 @@ def calibration(tmp_path, served_step_s=None, **costs):
 
 
 def run(path, pooling=True, prompt_len=200):
-    config = SimConfig(model=MODEL, gpu=GPU, num_instances=2, block_size=16, num_blocks=8, max_batch_size=8,
-                       pooling=pooling, coefficients_path=path)
+    config = SimConfig(model=MODEL, gpu=GPU, num_blocks=8, coefficients_path=path,
+                       engine=sim_engine(num_instances=2, block_size=16, max_batch_size=8, pooling=pooling))
     requests = [Request(0, 0.0, prompt_len, 20, "test"), Request(1, 0.0, 40, 20, "test")]
     return simulate(config, requests)
 

@@ -1,9 +1,8 @@
 """A run stopped at the end of its steady-state window (simulate(steady_only=True), what probes use) gives the
 full run's steady-state rates exactly, and does stop early past saturation."""
-import dataclasses
-
 import pytest
 
+from reference_impl.sim.config import with_engine
 from reference_impl.sim.simulator import simulate
 from reference_impl.sim.systems import cluster, system_config
 from workloads.request import Request
@@ -32,7 +31,7 @@ CASES = {
 @pytest.mark.parametrize("case", CASES)
 def test_steady_rates_equal_the_full_runs(case):
     system, overrides, make = CASES[case]
-    config = system_config(system, dataclasses.replace(cluster("llama2-7b", "A100-80GB-SXM", 4), **overrides))
+    config = system_config(system, with_engine(cluster("llama2-7b", "A100-80GB-SXM", 4), **overrides))
     requests = make()
     full = simulate(config, requests)
     short = simulate(config, requests, steady_only=True)

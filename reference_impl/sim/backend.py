@@ -13,11 +13,10 @@ Model of time:
   instances sharing the machine's cores: a step's compute takes `co_run_slowdown` times as long when every other
   instance computes as it starts, pro rata for some of them.
 """
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, replace
 
 from reference_impl.calibration.model import CalibratedPerfModel
-from reference_impl.engine import Engine, EngineConfig
-from reference_impl.gmanager import GManagerConfig
+from reference_impl.engine import Engine
 from reference_impl.instance import Instance
 from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.sequence import Sequence
@@ -56,7 +55,7 @@ class SimBackend:
 
     def copy_blocks(self, pairs) -> None:
         for src, _ in pairs:
-            self.sent_tokens[src.inst_id] = self.sent_tokens.get(src.inst_id, 0) + self.config.block_size
+            self.sent_tokens[src.inst_id] = self.sent_tokens.get(src.inst_id, 0) + self.config.engine.block_size
         self.num_moved_blocks += len(pairs)
 
     def step(self, instance: Instance, co_running: float = 0.0) -> tuple[list[Sequence], StepCost | None,
@@ -76,7 +75,7 @@ class SimBackend:
 
     def execute(self, instance: Instance, seqs: list[Sequence], is_prefill: bool,
                 co_running: float = 0.0) -> StepCost:
-        rm, bs, model = instance.rm, self.config.block_size, self.model
+        rm, bs, model = instance.rm, self.config.engine.block_size, self.model
         if is_prefill:  # whole prompts
             chunks, decodes = [(seq, 0, seq.num_tokens) for seq in seqs], []
             num_tokens = len(seqs)
@@ -134,7 +133,7 @@ class SimBackend:
     def _decode_share(self, rm, seqs, serving: set) -> tuple[int, float]:
         """Remote queries of a decode batch, and how long the slowest creditor's MicroAttention outlasts the
         local one (creditors run in parallel); the batch's creditors go to `serving`."""
-        bs = self.config.block_size
+        bs = self.config.engine.block_size
         remote_tokens: dict[int, int] = {}  # creditor -> KV tokens of this batch it reads for us
         local_tokens, remote_queries = 0, 0
         for seq in seqs:
@@ -157,16 +156,14 @@ class SimBackend:
 
 
 def build_engine(config: SimConfig, backend: SimBackend) -> Engine:
-    """The engine of `config`'s cluster on `backend` (its cost model also feeds the gManager's Algorithm 1)."""
-    shared = {f.name for f in fields(EngineConfig)} & {f.name for f in fields(SimConfig)}
-    engine_config = EngineConfig(**{name: getattr(config, name) for name in shared},
-                                 blocks_per_instance=blocks_per_instance(config, backend.model),
-                                 gmanager_interval_steps=0)  # the simulator runs the gManager's rounds by time
-    gm_config = GManagerConfig(block_size=config.block_size,
-                               instances_per_node=max(1, 8 // (config.tp * config.pp)),
-                               max_k_evals=config.max_k_evals, exclusive_roles=config.exclusive_roles,
-                               num_candidates=config.num_candidates or config.num_instances)
-    engine = Engine(engine_config, backend, gmanager_config=gm_config, perf_model=backend.model)
+    """The engine of `config`'s cluster on `backend` (its cost model also feeds the gManager's Algorithm 1):
+    `config.engine` with the rBlocks an instance holds, the gManager's node locality of instances of tp x pp GPUs
+    (8 a node), and no rounds by step count (the simulator runs them by time)."""
+    engine_config = replace(config.engine, blocks_per_instance=blocks_per_instance(config, backend.model),
+                            gmanager_interval_steps=0,
+                            gmanager=replace(config.engine.gmanager,
+                                             instances_per_node=max(1, 8 // (config.tp * config.pp))))
+    engine = Engine(engine_config, backend, perf_model=backend.model)
     if backend.model.peer_call_s:
         count_peer_calls(engine.instances, backend.peer_calls)
     return engine

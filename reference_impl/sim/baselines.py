@@ -17,7 +17,7 @@ from reference_impl.sim.config import SimConfig
 
 
 def vllm_m(config: SimConfig) -> SimConfig:
-    return replace(config, pooling=False)
+    return replace(config, engine=replace(config.engine, pooling=False))
 
 
 def single_instance_parallelism(num_gpus: int, gpus_per_node: int) -> tuple[int, int]:
@@ -30,4 +30,4 @@ def single_instance_parallelism(num_gpus: int, gpus_per_node: int) -> tuple[int,
 def vllm_s(config: SimConfig) -> SimConfig:
     """One instance with all of `config`'s GPUs."""
     tp, pp = single_instance_parallelism(config.num_gpus, gpu_entry(config.gpu)["gpus_per_node"])
-    return replace(config, num_instances=1, tp=tp, pp=pp, pooling=False)
+    return replace(config, tp=tp, pp=pp, engine=replace(config.engine, num_instances=1, pooling=False))

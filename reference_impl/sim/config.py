@@ -1,40 +1,34 @@
-"""What a simulated cluster is: model, GPU, instances and their parallelism, and the control-plane knobs."""
+"""What a simulated cluster is: model, GPU, the instances' parallelism and link, and the engine (EngineConfig)."""
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.calibration.specs import gpu_entry, model_spec
+from reference_impl.engine_config import EngineConfig, GManagerConfig
 from reference_impl.errors import InputError
-from reference_impl.knobs import check_knobs
 from reference_impl.links import DEFAULT_LINK
+
+
+# The engine of a simulated cluster where the engine's own defaults do not fit the papers' A100 clusters: a coarse
+# rBlock keeps Algorithm 1's k search short; a batch and a KV-move chunk of an A100's size; 4 instances; every
+# instance may be a creditor candidate (distkv-llm 4.4 suggests a few, but with heartbeat-stale status a few
+# drained ones can block a long all-or-none admission for good); Algorithm 1's k search coarse-to-fine. The
+# gManager's `instances_per_node` follows the instance's GPUs (build_engine), its rounds run by time
+# (`SimConfig.gmanager_interval_s`) and its rBlocks per instance are `blocks_per_instance` below.
+SIM_ENGINE = EngineConfig(num_instances=4, block_size=128, max_batch_size=256, move_chunk_tokens=128,
+                          gmanager=GManagerConfig(num_candidates=None, max_k_evals=16))
 
 
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     model: str = "llama2-7b"
     gpu: str = "A100-80GB-SXM"
-    num_instances: int = 4
     tp: int = 1
     pp: int = 1
-    pooling: bool = True  # False: every request's KV stays on its instance (vLLM-M, vLLM-S)
     # Link between instances for remote MicroAttention and KV moves: "inter-node" is Vidur's measured A100 DGX
     # send/recv (~7.8 GB/s at 64 MB); "intra-node" NVLink; or a bandwidth in GB/s ("0.125": the paper's Ethernet).
     link: str = DEFAULT_LINK
-    block_size: int = 128  # tokens per rBlock (a coarse block keeps Algorithm 1's k search short)
-    max_batch_size: int = 256
-    move_chunk_tokens: int = 128  # KV moved per instance and step (overlapped with the step's compute)
     gmanager_interval_s: float = 1.0  # heartbeats + gManager round (recalls, Algorithm 1, DGFM)
-    dgfm: bool = True
-    exclusive_roles: bool = True  # False: distkv-llm's instances borrow and lend at once (GManagerConfig)
-    # creditors a spilling rManager may try per gManager query; None = all instances. distkv-llm 4.4 suggests a
-    # few, but with heartbeat-stale status a few drained ones can block a long all-or-none admission for good
-    num_candidates: int | None = None
-    max_k_evals: int | None = 16  # Algorithm 1's k search: coarse-to-fine (None: every k, the paper's loop)
-    max_lent_blocks: int | None = None
-    # prompt tokens per step, decode tokens included (vLLM's chunked prefill), for every system alike; None: a
-    # prompt is prefilled in one step, as in the papers' vLLM
-    chunked_prefill_tokens: int | None = None
-    seed: int = 0
     # A calibration file of the machine at hand (`repro profile`) instead of the committed A100/H100 fit, and a
     # fixed rBlock count per instance (None: what the GPU's memory holds): simulating a real local run
     coefficients_path: str | None = None
@@ -43,9 +37,9 @@ class SimConfig:
     # to the caller's step (sim/peer_calls.py); None: the calibration's value (0 in the A100/H100 fits, which have
     # no measurement of an engine's control plane; measured on the machine at hand by sim-vs-real's pooled arm)
     peer_call_s: float | None = None
+    engine: EngineConfig = SIM_ENGINE  # the instances, pooling and the control plane's knobs
 
     def __post_init__(self):
-        check_knobs(self)
         if not self.gmanager_interval_s > 0:
             raise InputError(f"gManager interval must be > 0 s (got {self.gmanager_interval_s})")
         if self.peer_call_s is not None and not self.peer_call_s >= 0:
@@ -57,14 +51,24 @@ class SimConfig:
 
     @property
     def num_gpus(self) -> int:
-        return self.num_instances * self.tp * self.pp
+        return self.engine.num_instances * self.tp * self.pp
+
+
+def sim_engine(**knobs) -> EngineConfig:
+    """SIM_ENGINE with these EngineConfig fields changed."""
+    return replace(SIM_ENGINE, **knobs)
+
+
+def with_engine(config: SimConfig, **knobs) -> SimConfig:
+    """`config` with these fields of its EngineConfig changed."""
+    return replace(config, engine=replace(config.engine, **knobs))
 
 
 def as_simulated(config: SimConfig) -> SimConfig:
     """`config` with the settings its runs never read put back to their defaults, so that two configs which
     simulate the same run compare equal: without pooling the link carries nothing (no remote MicroAttention, no
     KV moves, no gManager round) and no instance calls a peer."""
-    return config if config.pooling else replace(config, link=DEFAULT_LINK, peer_call_s=None)
+    return config if config.engine.pooling else replace(config, link=DEFAULT_LINK, peer_call_s=None)
 
 
 def perf_model(config: SimConfig) -> CalibratedPerfModel:
@@ -91,4 +95,4 @@ def blocks_per_instance(config: SimConfig, model: CalibratedPerfModel | None = N
     `config`, when the caller has it)."""
     if config.num_blocks is not None:
         return config.num_blocks
-    return (perf_model(config) if model is None else model).memory.kv_capacity_tokens // config.block_size
+    return (perf_model(config) if model is None else model).memory.kv_capacity_tokens // config.engine.block_size

@@ -45,10 +45,10 @@ class Simulator:
         self.backend = SimBackend(config, self.records, prefill_elsewhere=prefill_elsewhere)
         self.engine = build_engine(config, self.backend)
         self.seqs: dict[int, Sequence] = {}
-        self.busy = [False] * config.num_instances  # a step event is queued
-        self.computing = [False] * config.num_instances  # ... and it runs work (not only a KV transfer)
-        self.shares_cores = self.backend.model.co_run_slowdown != 1.0 and config.num_instances > 1
-        self.noop_steps = [(None, 0)] * config.num_instances  # (instant, steps that did nothing at it)
+        self.busy = [False] * config.engine.num_instances  # a step event is queued
+        self.computing = [False] * config.engine.num_instances  # ... and it runs work (not only a KV transfer)
+        self.shares_cores = self.backend.model.co_run_slowdown != 1.0 and config.engine.num_instances > 1
+        self.noop_steps = [(None, 0)] * config.engine.num_instances  # (instant, steps that did nothing at it)
         self.pending = self.arrivals_left = len(requests)
         self.idle_rounds = 0
         # rounds on an empty cluster may be counted instead of run (events.GManagerRound) unless a callback
@@ -65,7 +65,7 @@ class Simulator:
         self._order = itertools.count()
         self._steady = _SteadyEnd(requests) if steady_only and requests else None
         self.schedule([Arrival(r.arrival_s, r) for r in sorted(requests, key=lambda r: (r.arrival_s, r.req_id))])
-        if config.pooling:
+        if config.engine.pooling:
             self.schedule([GManagerRound(0.0)])
 
     def schedule(self, events: list[Event]) -> None:
@@ -145,7 +145,7 @@ class Simulator:
         """The share of the other instances with a computing step in flight (0 where instances share nothing)."""
         if not self.shares_cores:
             return 0.0
-        return (sum(self.computing) - self.computing[inst_id]) / (self.config.num_instances - 1)
+        return (sum(self.computing) - self.computing[inst_id]) / (self.config.engine.num_instances - 1)
 
     def wake(self, inst_id: int, time_s: float) -> list[Step]:
         if self.busy[inst_id] or not self.engine.instances[inst_id].has_work:
@@ -220,7 +220,7 @@ class Simulator:
 
     def idle_waiting_frac(self) -> float:
         span_s = self.last_s - (self.start_s or 0.0)
-        return self.idle_waiting_inst_s / (span_s * self.config.num_instances) if span_s > 0 else 0.0
+        return self.idle_waiting_inst_s / (span_s * self.config.engine.num_instances) if span_s > 0 else 0.0
 
 
 class _SteadyEnd:

@@ -1,8 +1,11 @@
 """The systems compared in the experiments, as policies over one cluster config (a dict that feeds click.Choice)."""
+from dataclasses import replace
+
 from reference_impl.calibration.specs import gpu_entry, model_spec
+from reference_impl.engine_config import EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.sim.baselines import vllm_m, vllm_s
-from reference_impl.sim.config import SimConfig, perf_model
+from reference_impl.sim.config import SIM_ENGINE, SimConfig, perf_model
 
 
 def infinite_llm(config: SimConfig) -> SimConfig:
@@ -36,12 +39,13 @@ def instance_tp(model: str, gpu: str, *, max_tp: int = 8) -> int:
     raise InputError(f"no tensor-parallel degree up to {max_tp} leaves room for KV of {model} on {gpu}")
 
 
-def cluster(model: str, gpu: str, num_gpus: int, **kwargs) -> SimConfig:
-    """Infinite-LLM's cluster of `num_gpus`: instances of `instance_tp` GPUs each."""
+def cluster(model: str, gpu: str, num_gpus: int, *, engine: EngineConfig = SIM_ENGINE, **kwargs) -> SimConfig:
+    """Infinite-LLM's cluster of `num_gpus`: instances of `instance_tp` GPUs each, of `engine`'s knobs otherwise
+    (`kwargs`: SimConfig's other fields)."""
     tp = instance_tp(model, gpu)
     if num_gpus % tp:
         raise InputError(f"{num_gpus} GPUs do not split into instances of tp={tp} for {model}")
-    return SimConfig(model=model, gpu=gpu, num_instances=num_gpus // tp, tp=tp, **kwargs)
+    return SimConfig(model=model, gpu=gpu, tp=tp, engine=replace(engine, num_instances=num_gpus // tp), **kwargs)
 
 
 def system_config(system: str, base: SimConfig) -> SimConfig:

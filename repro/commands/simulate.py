@@ -34,7 +34,7 @@ def simulate(workload_path, system, model, gpu, num_gpus, tp, link, out):
 
     from reference_impl.atomic import check_writable_file, write_json_atomic
     from reference_impl.errors import InputError
-    from reference_impl.sim.config import SimConfig, blocks_per_instance
+    from reference_impl.sim.config import SimConfig, blocks_per_instance, sim_engine
     from reference_impl.sim.simulator import simulate as run_sim
     from reference_impl.sim.systems import cluster, system_config
     from repro.progress import progress
@@ -48,7 +48,7 @@ def simulate(workload_path, system, model, gpu, num_gpus, tp, link, out):
     else:
         if num_gpus % tp:
             raise InputError(f"--gpus {num_gpus} does not split into instances of --tp {tp}")
-        base = SimConfig(model=model, gpu=gpu, num_instances=num_gpus // tp, tp=tp, link=link)
+        base = SimConfig(model=model, gpu=gpu, tp=tp, link=link, engine=sim_engine(num_instances=num_gpus // tp))
     config = system_config(system, base)
     blocks_per_instance(config)  # checks the model fits the instance before simulating
     last_arrival_s = max(r.arrival_s for r in requests)
@@ -59,7 +59,7 @@ def simulate(workload_path, system, model, gpu, num_gpus, tp, link, out):
                 bar.set_postfix_str(f"t={now_s:.0f}s, last arrival {last_arrival_s:.0f}s", refresh=False)
         result = run_sim(config, requests, on_event=None if bar.disable else on_event)
     s = result.summary()
-    click.echo(f"{system}: {config.num_instances} instance(s) of tp={config.tp} pp={config.pp}; "
+    click.echo(f"{system}: {config.engine.num_instances} instance(s) of tp={config.tp} pp={config.pp}; "
                f"finished {s.num_finished}/{s.num_requests}, rejected {s.num_rejected}, "
                f"{s.output_tok_s:.1f} output tok/s, mean latency {s.mean_latency_s or 0:.3f} s, "
                f"simulated {s.makespan_s:.1f} s")

@@ -6,11 +6,10 @@ vLLM-S), then, at 1K, just past vLLM-M's limit and at Infinite-LLM's limit, the 
 largest batch each system fits (at most max_batch_size per instance), simulated: every request arrives at
 t=0 with the context as prompt minus OUTPUT_LEN; throughput is the sum of the requests' decode rates.
 """
-from dataclasses import replace
 
 from reference_impl.links import DEFAULT_LINK
 from reference_impl.serving.records import tpot_s
-from reference_impl.sim.config import blocks_per_instance
+from reference_impl.sim.config import blocks_per_instance, sim_engine, with_engine
 from reference_impl.sim.simulator import simulate
 from reference_impl.sim.systems import cluster, system_config
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
@@ -30,16 +29,17 @@ PARAMS = (Param("link", link, DEFAULT_LINK, LINK_HELP),)
 
 def max_context(config) -> int:
     """Longest context one request can have: all blocks it may use, in tokens."""
-    blocks = blocks_per_instance(config) * (config.num_instances if config.pooling else 1)
-    return blocks * config.block_size
+    engine = config.engine
+    blocks = blocks_per_instance(config) * (engine.num_instances if engine.pooling else 1)
+    return blocks * engine.block_size
 
 
 def largest_batch(config, context: int) -> int:
-    per_instance_blocks = blocks_per_instance(config)
-    need = -(-context // config.block_size)
-    if config.pooling:
-        return min(config.max_batch_size * config.num_instances, per_instance_blocks * config.num_instances // need)
-    return config.num_instances * min(config.max_batch_size, per_instance_blocks // need)
+    per_instance_blocks, engine = blocks_per_instance(config), config.engine
+    need = -(-context // engine.block_size)
+    if engine.pooling:
+        return min(engine.max_batch_size * engine.num_instances, per_instance_blocks * engine.num_instances // need)
+    return engine.num_instances * min(engine.max_batch_size, per_instance_blocks // need)
 
 
 def decode_tok_s(config, context: int, batch: int) -> tuple[float | None, int]:
@@ -57,9 +57,9 @@ def run(params, log) -> dict:
     link = params.extra.get("link", DEFAULT_LINK)
     rows = []
     for model, gpus in settings:
-        base = cluster(model, GPU, gpus, link=link, seed=params.seed)
+        base = cluster(model, GPU, gpus, link=link, engine=sim_engine(seed=params.seed))
         if params.quick:
-            base = replace(base, max_batch_size=32)
+            base = with_engine(base, max_batch_size=32)
         configs = {s: system_config(s, base) for s in SYSTEMS}
         limits = {s: max_context(c) for s, c in configs.items()}
         lengths = {"short": SHORT_LEN, "past-vllm-m": int(limits["vllm-m"] * PAST_VLLM_M),
@@ -73,7 +73,7 @@ def run(params, log) -> dict:
                     f"{'-' if tok_s is None else f'{tok_s:10.1f}'} tok/s")
                 points.append({"length": label, "context": context, "system": system, "batch": batch,
                                "finished": finished, "decode_tok_s": tok_s})
-        rows.append({"model": model, "num_gpus": gpus, "instance_tp": base.tp, "num_instances": base.num_instances,
+        rows.append({"model": model, "num_gpus": gpus, "instance_tp": base.tp, "num_instances": base.engine.num_instances,
                      "vllm_s_tp": configs["vllm-s"].tp, "vllm_s_pp": configs["vllm-s"].pp,
                      "max_context": limits, "points": points})
     return {"gpu": GPU, "link": link, "output_len": OUTPUT_LEN, "settings": rows}

@@ -15,17 +15,18 @@ MicroAttention serves.
 import numpy as np
 
 from reference_impl.dgfm import count_cycles, debt_graph
-from reference_impl.sim.config import SimConfig, blocks_per_instance
+from reference_impl.sim.config import SimConfig, blocks_per_instance, sim_engine, with_engine
 from reference_impl.sim.simulator import simulate
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result, new_figure, save
 from repro.experiments.params import Param, positive_float, positive_int
 from workloads.request import Request
 
-SETTING = dict(model="llama2-13b", gpu="A100-80GB-SXM", num_instances=4, tp=2, link="intra-node")
+SETTING = SimConfig(model="llama2-13b", gpu="A100-80GB-SXM", tp=2, link="intra-node",
+                    engine=sim_engine(num_instances=4))
 FULL = dict(duration_s=300.0, bin_s=10.0, seeds=5)
 QUICK = dict(duration_s=30.0, bin_s=10.0, seeds=1)
-# (label, SimConfig.dgfm, SimConfig.exclusive_roles): distkv-llm's protocol with and without DGFM, and
+# (label, EngineConfig.dgfm, EngineConfig.exclusive_roles): distkv-llm's protocol with and without DGFM, and
 # infinite-llm 5.2's rule (a debtor never lends), under which no debt cycle can form.
 PARAMS = (Param("duration_s", positive_float, None, f"simulated seconds per arm (default: {FULL['duration_s']:g}; "
                                                      f"{QUICK['duration_s']:g} with --quick)"),
@@ -65,7 +66,7 @@ def placement_stats(engine) -> dict:
             local += where.get(rm.inst_id, 0)
             total += len(table)
     graph = debt_graph(placements, homes)
-    return {"debt_cycles": count_cycles(graph, engine.gmanager.config.dgfm_min_blocks),
+    return {"debt_cycles": count_cycles(graph, engine.config.gmanager.dgfm_min_blocks),
             "local_share": local / total if total else 1.0,
             "remote_pairs": sum(1 for r, where in placements.items() for i in where if i != homes[r]),
             "lent_blocks": sum(n for cs in graph.values() for n in cs.values()),
@@ -74,7 +75,7 @@ def placement_stats(engine) -> dict:
 
 def run_arm(label: str, dgfm: bool, exclusive_roles: bool, requests, duration_s: float, bin_s: float,
             seed: int) -> dict:
-    config = SimConfig(**SETTING, dgfm=dgfm, exclusive_roles=exclusive_roles, seed=seed)
+    config = with_engine(SETTING, dgfm=dgfm, exclusive_roles=exclusive_roles, seed=seed)
     rounds = []
     result = simulate(config, requests, max_sim_s=duration_s, prefill_elsewhere=True,
                       on_round=lambda now_s, engine: rounds.append({"t_s": now_s, **placement_stats(engine)}))
@@ -94,7 +95,7 @@ def run(params, log) -> dict:
     size = QUICK if params.quick else FULL
     duration_s = params.extra.get("duration_s") or size["duration_s"]
     seeds = range(params.seed, params.seed + (params.extra.get("seeds") or size["seeds"]))
-    capacity = blocks_per_instance(SimConfig(**SETTING)) * SimConfig().block_size * SETTING["num_instances"]
+    capacity = blocks_per_instance(SETTING) * SETTING.engine.block_size * SETTING.engine.num_instances
     arms, num_requests = [], 0
     for seed in seeds:
         requests = make_requests(capacity, duration_s, np.random.default_rng(seed))
@@ -106,7 +107,9 @@ def run(params, log) -> dict:
                 f"max debt cycles {max((r['debt_cycles'] for r in arm['rounds']), default=0)}, "
                 f"last third {last_third_tok_s(arm):6.1f} tok/s")
             arms.append(arm)
-    return {"setting": SETTING, "capacity_tokens": capacity, "num_requests": num_requests,
+    setting = {"model": SETTING.model, "gpu": SETTING.gpu, "num_instances": SETTING.engine.num_instances,
+               "tp": SETTING.tp, "link": SETTING.link}
+    return {"setting": setting, "capacity_tokens": capacity, "num_requests": num_requests,
             "duration_s": duration_s, "bin_s": size["bin_s"], "arms": arms}
 
 

@@ -16,6 +16,7 @@ from repro.serving.tasks import default_workers, point_pool, typed, workload
 from repro.serving.curves import LONG_PROBE_FRACTION, CurveGroup, run_curves
 from repro.serving.on_ray import RAY_PARAMS
 from reference_impl.links import DEFAULT_LINK
+from reference_impl.sim.config import sim_engine
 from reference_impl.sim.systems import cluster
 
 GPU = "A100-80GB-SXM"
@@ -70,7 +71,7 @@ def curve_groups(params, size: dict, *, link: str, source: str) -> list[CurveGro
     long_probe_fraction = params.extra.get("long_probe_fraction") or LONG_PROBE_FRACTION
     out = []
     for g in groups(size):
-        base = cluster(g["model"], GPU, g["num_gpus"], link=link, seed=params.seed)
+        base = cluster(g["model"], GPU, g["num_gpus"], link=link, engine=sim_engine(seed=params.seed))
         make = partial(_requests, g["trace_id"], g["num_requests"], source)
         out.append(CurveGroup(g, base, make, ("infinite-llm", g["baseline"]),
                               f"trace {g['trace_id']} {g['model']} {g['num_gpus']} GPUs",

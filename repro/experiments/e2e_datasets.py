@@ -13,6 +13,7 @@ from repro.experiments.params import LINK_HELP, Param, fraction, int_list, link
 from repro.serving.tasks import default_workers, point_pool, typed, workload
 from repro.serving.curves import LONG_PROBE_FRACTION, CurveGroup, run_curves
 from reference_impl.links import DEFAULT_LINK
+from reference_impl.sim.config import sim_engine
 from reference_impl.sim.systems import cluster
 from workloads.paper_tables import DATASETS
 
@@ -46,7 +47,7 @@ def run(params, log) -> dict:
     for dataset_id in params.extra.get("datasets") or size["datasets"]:
         row = DATASETS[dataset_id]
         model = row.model.lower()
-        base = cluster(model, GPU, row.num_gpus, link=link, seed=params.seed)
+        base = cluster(model, GPU, row.num_gpus, link=link, engine=sim_engine(seed=params.seed))
         info = {"dataset_id": dataset_id, "long_ratio": row.long_ratio, "panel": "8", "model": model,
                 "num_gpus": row.num_gpus, "baseline": "vllm-s", "num_requests": n}
         todo.append(CurveGroup(info, base, partial(_requests, dataset_id, n, source), ("infinite-llm", "vllm-s"),

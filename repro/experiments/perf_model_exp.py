@@ -14,7 +14,7 @@ from reference_impl.links import DEFAULT_LINK
 from reference_impl.sequence import Sequence, num_blocks_for
 from reference_impl.serving.records import RequestRecord
 from reference_impl.sim.backend import SimBackend, build_engine
-from reference_impl.sim.config import SimConfig, blocks_per_instance
+from reference_impl.sim.config import SimConfig, blocks_per_instance, sim_engine
 from reference_impl.sim.events import PromptIds
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result
@@ -83,7 +83,7 @@ def model_curve(config: SimConfig, long_len: int, ks) -> list[dict]:
     rows = []
     for k in ks:
         d, c = after_move(debtor, creditor, 0, k)
-        model, bs = engine.gmanager.perf_model, config.block_size
+        model, bs = engine.gmanager.perf_model, config.engine.block_size
         rows.append({"k": k, "debtor_tok_s": instance_tps(model, d, bs), "creditor_tok_s": instance_tps(model, c, bs)})
         rows[-1]["aggregate_tok_s"] = rows[-1]["debtor_tok_s"] + rows[-1]["creditor_tok_s"]
     return rows
@@ -91,15 +91,15 @@ def model_curve(config: SimConfig, long_len: int, ks) -> list[dict]:
 
 def run(params, log) -> dict:
     link = params.extra.get("link", DEFAULT_LINK)
-    config = SimConfig(model="llama2-7b", num_instances=2, tp=1, link=link, seed=params.seed)
-    capacity = blocks_per_instance(config)
-    long_blocks = capacity - 4 * num_blocks_for(SHORT_LEN, config.block_size)  # room for a few short ones
-    long_len = params.extra.get("long_len") or long_blocks * config.block_size
-    if long_len > long_blocks * config.block_size:
+    config = SimConfig(model="llama2-7b", tp=1, link=link, engine=sim_engine(num_instances=2, seed=params.seed))
+    capacity, bs = blocks_per_instance(config), config.engine.block_size
+    long_blocks = capacity - 4 * num_blocks_for(SHORT_LEN, bs)  # room for a few short ones
+    long_len = params.extra.get("long_len") or long_blocks * bs
+    if long_len > long_blocks * bs:
         raise InputError(f"--param long_len={long_len} does not fit the debtor beside 4 short requests: at most "
-                         f"{long_blocks * config.block_size} tokens on one {config.gpu}")
-    k_max = min(num_blocks_for(long_len, config.block_size),
-                capacity - CREDITOR_BATCH * num_blocks_for(SHORT_LEN + WARMUP_STEPS + DECODE_STEPS, config.block_size))
+                         f"{long_blocks * bs} tokens on one {config.gpu}")
+    k_max = min(num_blocks_for(long_len, bs),
+                capacity - CREDITOR_BATCH * num_blocks_for(SHORT_LEN + WARMUP_STEPS + DECODE_STEPS, bs))
     ks = sorted(set(range(0, k_max + 1, max(1, k_max // (8 if params.quick else 40)))) | {k_max})
     model = model_curve(config, long_len, ks)
     measured = []
@@ -107,7 +107,7 @@ def run(params, log) -> dict:
         measured.append(measure(config, long_len, k))
         log(f"k={k:4d}  model {model[len(measured) - 1]['aggregate_tok_s']:8.1f}  simulated "
             f"{measured[-1]['aggregate_tok_s']:8.1f} tok/s")
-    return {"model": "llama2-7b", "gpu": config.gpu, "link": link, "block_size": config.block_size,
+    return {"model": "llama2-7b", "gpu": config.gpu, "link": link, "block_size": bs,
             "long_len": long_len, "short_len": SHORT_LEN, "creditor_batch": CREDITOR_BATCH,
             "modelled": model, "simulated": measured}
 

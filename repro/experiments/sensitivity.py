@@ -44,7 +44,7 @@ from repro.serving.plateau import Climb, extend_to_plateau, max_tput_tok_s, reac
 from reference_impl.calibration.specs import model_spec
 from reference_impl.errors import InputError
 from reference_impl.links import DEFAULT_LINK, INTER_NODE, INTRA_NODE
-from reference_impl.sim.config import SimConfig, as_simulated
+from reference_impl.sim.config import SIM_ENGINE, as_simulated, with_engine
 from reference_impl.sim.systems import system_config
 
 CALIBRATED_PREFILL_TFLOPS = 190  # reference_impl/calibration/specs.json (FlashAttention-2 on A100)
@@ -63,7 +63,7 @@ ARMS = {  # input -> ((label, value), ...); the default value of each input is o
     "peer_call_ms": ((0.0, "none (A100: not measured)"), (3.4, "Ray engine, 2 instances")),
 }
 DEFAULTS = {"prefill_tflops": CALIBRATED_PREFILL_TFLOPS, "link": DEFAULT_LINK, "long_output_scale": 1.0,
-            "max_batch_size": SimConfig().max_batch_size, "chunked_prefill_tokens": None, "peer_call_ms": 0.0}
+            "max_batch_size": SIM_ENGINE.max_batch_size, "chunked_prefill_tokens": None, "peer_call_ms": 0.0}
 FULL = dict(short_requests=1000, long_requests=200, seeds=3)  # e2e's points: the default arm checks the curves
 QUICK = dict(short_requests=60, long_requests=8, seeds=1)
 PARAMS = (
@@ -74,10 +74,6 @@ PARAMS = (
     Param("seeds", int, None, "seeds per probe (3; 1 with --quick)"),
     Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick)"),
 )
-
-
-def has_chunked_prefill() -> bool:
-    return "chunked_prefill_tokens" in {f.name for f in dataclasses.fields(SimConfig)}
 
 
 def point_with_prefill(prefill_flops_per_s: float, task) -> dict:
@@ -112,9 +108,9 @@ def arm_group(group: CurveGroup, inp: str, value) -> CurveGroup:
     elif inp == "long_output_scale" and value != 1.0:
         g.make_requests = partial(scaled_long_outputs, group.make_requests, value)
     elif inp == "max_batch_size":
-        g.base = dataclasses.replace(group.base, max_batch_size=value)
+        g.base = with_engine(group.base, max_batch_size=value)
     elif inp == "chunked_prefill_tokens" and value is not None:
-        g.base = dataclasses.replace(group.base, chunked_prefill_tokens=value)
+        g.base = with_engine(group.base, chunked_prefill_tokens=value)
     elif inp == "peer_call_ms" and value:
         g.base = dataclasses.replace(group.base, peer_call_s=value / 1e3)
     return g
@@ -152,7 +148,7 @@ def point_unless_cap_bound(twin_points: dict, twin_cap: int, task: PointTask) ->
     """run_point under a batch cap, or the default cap's point at the same rate and seed when neither cap could
     have bound in it: its running batch stayed below both (peak_batch_size), and a cap is read only as `running <
     cap`, so the run is the same run, step for step (its wall_s is 0: not simulated again)."""
-    bound = min(task.base.max_batch_size, twin_cap)
+    bound = min(task.base.engine.max_batch_size, twin_cap)
     for p in twin_points.get(task.system, ()):
         if (p["rate_per_s"] == task.rate_per_s and p["seed"] == task.seed and p.get("peak_batch_size") is not None
                 and p["peak_batch_size"] < bound):
@@ -169,13 +165,10 @@ def run(params, log) -> dict:
                                   "long_requests": size["long_requests"]})
     base_groups = curve_groups(e2e_params, sizes(e2e_params), link=DEFAULT_LINK, source="fitted")
     inputs = params.extra["inputs"].split(",") if params.extra.get("inputs") else list(ARMS)
-    notes, arms = [], []
+    arms = []
     for inp in inputs:
         if inp not in ARMS:
             raise InputError(f"unknown input {inp!r}; choose from {', '.join(ARMS)}")
-        if inp == "chunked_prefill_tokens" and not has_chunked_prefill():
-            notes.append("chunked prefill skipped: SimConfig has no chunked_prefill_tokens (issue 13 adds it)")
-            continue
         arms += [(inp, value, label, g, arm_group(g, inp, value)) for value, label in ARMS[inp] for g in base_groups]
     seeds = tuple(params.seed + i for i in range(size["seeds"]))
     owner = owners([a[4] for a in arms])
@@ -192,7 +185,7 @@ def run(params, log) -> dict:
                 if batch is capped:  # after the default caps' climbs: their points are known
                     for i in capped:
                         twin = {s: fresh[owner[twins[i]][s]].probe_points[s] for s in fresh[i].systems}
-                        fresh[i].runner = partial(point_unless_cap_bound, twin, arms[twins[i]][4].base.max_batch_size)
+                        fresh[i].runner = partial(point_unless_cap_bound, twin, arms[twins[i]][4].base.engine.max_batch_size)
                 if batch:
                     climb_seed([fresh[i] for i in batch], first and [first[i] for i in batch], seed, log, pool)
             first = first or fresh
@@ -207,7 +200,7 @@ def run(params, log) -> dict:
                      "panel": g.info["panel"], "trace_id": g.info["trace_id"], "num_gpus": g.info["num_gpus"],
                      "baseline": g.info["baseline"], "num_requests": g.info["num_requests"],
                      **arm_plateau([groups[i] for groups in per_seed], seeds, g.info["baseline"])})
-    return {"gpu": GPU, "seeds": list(seeds), "rows": rows, "notes": notes}
+    return {"gpu": GPU, "seeds": list(seeds), "rows": rows, "notes": []}
 
 
 def climb_seed(groups: list[CurveGroup], first: list[CurveGroup] | None, seed: int, log, pool) -> None:

@@ -106,7 +106,7 @@ def run(params: RunParams, log) -> dict:
     from reference_impl.engine import EngineConfig
     from reference_impl.model import random_model
     from reference_impl.sequence import num_blocks_for
-    from reference_impl.sim.config import SimConfig
+    from reference_impl.sim.config import SimConfig, sim_engine
     from reference_impl.sim.simulator import simulate
 
     size = QUICK if params.quick else FULL
@@ -152,9 +152,10 @@ def run(params: RunParams, log) -> dict:
                                   Path(tmp), len(calibrations))
                 calibrations.append({"system": SYSTEM, "repeat": repeat, "rate_per_s": rate,
                                      **calibration_record(path, load_1m())})
-                sim_config = SimConfig(model=spec.name, gpu=str(device), num_instances=1, link="intra-node",
-                                       block_size=BLOCK_SIZE, max_batch_size=max_batch, num_blocks=num_blocks,
-                                       coefficients_path=str(path), seed=params.seed)
+                sim_config = SimConfig(model=spec.name, gpu=str(device), link="intra-node", num_blocks=num_blocks,
+                                       coefficients_path=str(path),
+                                       engine=sim_engine(num_instances=1, block_size=BLOCK_SIZE,
+                                                         max_batch_size=max_batch, seed=params.seed))
                 load_before = load_1m()
                 measured = run_summary(serve(model, requests, engine_config, seed=params.seed, device=device,
                                              clock=clock))

@@ -142,7 +142,7 @@ def group_record(g: CurveGroup, grid_points: list[dict], seeds, climbs: dict) ->
     plateau = {s: [max_tput_tok_s(_own(points, s), seed) for seed in seeds] for s in g.systems}
     grid = {s: [max_tput_tok_s(_own(grid_points, s), seed) for seed in seeds] for s in g.systems}
     ratios, grid_ratios = _ratios(plateau, baseline), _ratios(grid, baseline)
-    return {**info, "num_instances": g.base.num_instances, "tp": g.base.tp, "rates_per_s": g.rates_per_s,
+    return {**info, "num_instances": g.base.engine.num_instances, "tp": g.base.tp, "rates_per_s": g.rates_per_s,
             "seeds": list(seeds), "saturation_per_s": dict(g.saturation_per_s), "max_tput_tok_s": plateau,
             "points": points, "max_tput_ratio": float(np.median(ratios)) if ratios else None,
             "max_tput_ratio_min": min(ratios) if ratios else None,

@@ -21,7 +21,7 @@ from repro.experiments.params import Param, fraction, int_list
 from repro.load import load_1m
 from repro.serving.tasks import workload
 from repro.serving.curves import CurveGroup, run_curves
-from reference_impl.sim.config import SimConfig
+from reference_impl.sim.config import SimConfig, sim_engine
 
 QUICK = dict(requests=40, max_instances=2, seeds=1, traces=(1,))
 FULL = dict(requests=120, max_instances=2, seeds=3, traces=(1,))
@@ -114,7 +114,7 @@ def run_on_ray(params, log, groups: list[dict]) -> dict:
         info = {**g, "model": model_spec, "num_gpus": num_instances, "num_requests": num_requests,
                 "instance_tokens": tokens, "long_quantile": quantile, "scale_factor": factor,
                 "max_tokens": max_tokens}
-        base = SimConfig(num_instances=num_instances, block_size=block_size, seed=params.seed)
+        base = SimConfig(engine=sim_engine(num_instances=num_instances, block_size=block_size, seed=params.seed))
         todo.append(CurveGroup(info, base, partial(_requests, g["trace_id"], num_requests, source, factor, max_tokens),
                                ("infinite-llm", g["baseline"]),
                                f"trace {g['trace_id']} on {num_instances} Ray instances of {blocks} rBlocks",

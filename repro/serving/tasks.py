@@ -33,12 +33,12 @@ def nominal_rate_per_s(config: SimConfig, requests) -> float:
     prompt = float(np.mean([r.prompt_len for r in requests]))
     output = float(np.mean([r.output_len for r in requests]))
     context = prompt + output / 2
-    capacity = blocks_per_instance(config) * config.block_size
-    batch = int(max(1, min(config.max_batch_size, capacity // max(1.0, context))))
+    capacity = blocks_per_instance(config) * config.engine.block_size
+    batch = int(max(1, min(config.engine.max_batch_size, capacity // max(1.0, context))))
     prefill_s = step_time_s(model, InstanceLoad(batch_size=0, attn_kv_tokens=0, prefill_tokens=int(prompt),
                                                 prefill_attn_pairs=causal_prefill_pairs(int(prompt))))
     decode_s = step_time_s(model, InstanceLoad(batch_size=batch, attn_kv_tokens=int(batch * context)))
-    return config.num_instances / (prefill_s + output * decode_s / batch)
+    return config.engine.num_instances / (prefill_s + output * decode_s / batch)
 
 
 def run_point(system: str, base: SimConfig, requests, rate_per_s: float, seed: int = 0, *,

@@ -67,18 +67,17 @@ def _sim_counts(result) -> dict:
 
 
 def sim_config(engine, gm_config, setup: PooledSetup, model: str, coefficients_path: Path):
-    """The simulated cluster of the real one: the engine's and the gManager's settings, this machine's calibration
-    (`gpu` = CPU_HARDWARE, the name `repro profile` gives it) and its gloo link."""
+    """The simulated cluster of the real one: the engine's config with the gManager's knobs, its rBlocks per
+    instance and round interval, this machine's calibration (`gpu` = CPU_HARDWARE, the name `repro profile` gives
+    it) and its gloo link."""
+    from dataclasses import replace
+
     from reference_impl.links import GLOO
     from reference_impl.sim.config import SimConfig
 
-    return SimConfig(model=model, gpu=CPU_HARDWARE, num_instances=engine.num_instances, link=GLOO,
-                     block_size=engine.block_size, max_batch_size=engine.max_batch_size,
-                     move_chunk_tokens=engine.move_chunk_tokens, gmanager_interval_s=setup.gmanager_interval_s,
-                     dgfm=engine.dgfm, exclusive_roles=engine.exclusive_roles, max_lent_blocks=engine.max_lent_blocks,
-                     chunked_prefill_tokens=engine.chunked_prefill_tokens, num_candidates=gm_config.num_candidates,
-                     max_k_evals=gm_config.max_k_evals, num_blocks=engine.blocks_per_instance,
-                     coefficients_path=str(coefficients_path), seed=engine.seed)
+    return SimConfig(model=model, gpu=CPU_HARDWARE, link=GLOO, gmanager_interval_s=setup.gmanager_interval_s,
+                     num_blocks=engine.blocks_per_instance, coefficients_path=str(coefficients_path),
+                     engine=replace(engine, gmanager=gm_config))
 
 
 def core_share_stretch(saturation: dict) -> float:
@@ -148,7 +147,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
 
     # the engines' gManagers run Algorithm 1 on this machine's cost model (the first calibration), as the simulated
     # gManager does on each rate's
-    gm_config = GManagerConfig(block_size=setup.block_size)
+    gm_config = GManagerConfig()
     started = init_ray(ray_config)
     server, ray_steps = None, None
     try:

@@ -105,7 +105,7 @@ def run_arm(spec, make_requests, rates, *, max_batch: int, max_tokens: int, repe
     from reference_impl.calibration.engine_steps import fit_engine_steps
     from reference_impl.calibration.profile_overhead import engine_model_config
     from reference_impl.model import random_model
-    from reference_impl.sim.config import SimConfig
+    from reference_impl.sim.config import SimConfig, sim_engine
     from reference_impl.sim.simulator import simulate
     from reference_impl.sim.systems import system_config
     from repro.sim_vs_real.points import run_summary
@@ -156,9 +156,9 @@ def run_arm(spec, make_requests, rates, *, max_batch: int, max_tokens: int, repe
         log(f"  vLLM repeat {repeat}: started in {done[0].startup_s:.0f} s, burst {saturation.output_tok_s:.1f} out "
             f"tok/s, {len(decode)} decode and {len(prefill)} prefill steps timed; load {load_before} -> {load_after}")
         sim_config = system_config(SYSTEM, SimConfig(
-            model=spec.name, gpu=HARDWARE, num_instances=1, link="intra-node", block_size=BLOCK_SIZE,
-            max_batch_size=max_batch, num_blocks=blocks, chunked_prefill_tokens=budget, coefficients_path=str(path),
-            seed=seed))
+            model=spec.name, gpu=HARDWARE, link="intra-node", num_blocks=blocks, coefficients_path=str(path),
+            engine=sim_engine(num_instances=1, block_size=BLOCK_SIZE, max_batch_size=max_batch,
+                              chunked_prefill_tokens=budget, seed=seed)))
         for rate, requests, real in zip(rates, workloads, done[2 + len(calib):]):
             real, sim = measured_result(real), simulate(sim_config, requests)
             measured, predicted = run_summary(real), run_summary(sim)

@@ -47,7 +47,7 @@ def run(size, device: torch.device) -> dict:
     from reference_impl.engine import EngineConfig
     from reference_impl.model import random_model
     from reference_impl.sequence import num_blocks_for
-    from reference_impl.sim.config import SimConfig
+    from reference_impl.sim.config import SimConfig, sim_engine
     from reference_impl.sim.simulator import simulate
     from repro.serving.tasks import workload
     from repro.sim_vs_real.calibration import calibrate
@@ -82,8 +82,9 @@ def run(size, device: torch.device) -> dict:
             requests = requests_at(rate)
             point = {"rate_per_s": rate, "measured": asdict(measure(requests))}
             for arm, where in arms.items():
-                config = SimConfig(**where, num_instances=1, link="intra-node", block_size=BLOCK_SIZE,
-                                   max_batch_size=size.max_batch_size, num_blocks=num_blocks, seed=SEED)
+                config = SimConfig(**where, link="intra-node", num_blocks=num_blocks,
+                                   engine=sim_engine(num_instances=1, block_size=BLOCK_SIZE,
+                                                     max_batch_size=size.max_batch_size, seed=SEED))
                 point[arm] = asdict(run_summary(simulate(config, requests)))
                 point[f"{arm}_error"] = {m: _error(point[arm][m], point["measured"][m]) for m in METRICS}
             points.append(point)

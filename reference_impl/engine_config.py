@@ -1,0 +1,62 @@
+"""The engine's knobs, each declared once: the cluster's (EngineConfig) and the gManager's (GManagerConfig, held
+by EngineConfig). The simulator's config holds an EngineConfig beside its own fields (sim/config.py)."""
+from dataclasses import dataclass
+
+from reference_impl.errors import InputError
+from reference_impl.sequence import Sequence, num_blocks_for
+
+
+@dataclass(frozen=True, slots=True)
+class GManagerConfig:
+    beta_thres: int = 16  # debtors: batch <= beta_thres
+    util_thres: float = 0.7  # creditors: memory utilisation <= U_thres
+    num_candidates: int | None = 3  # creditor recommendations per query (distkv-llm 4.4); None: every instance
+    instances_per_node: int = 8  # locality: creditors on the debtor's node come first
+    dgfm_min_blocks: int = 1  # DGFM swaps a cycle only when its smallest debt is at least this
+    max_k_evals: int | None = None  # Algorithm 1's block-count search: None = every k; else coarse-to-fine
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    num_instances: int = 1
+    blocks_per_instance: int = 64  # device-tier rBlocks per instance
+    cpu_blocks_per_instance: int = 0
+    block_size: int = 16  # tokens per rBlock
+    max_batch_size: int = 64
+    pooling: bool = True  # False: KV never leaves its instance (vLLM-M); preempt by recompute instead
+    max_lent_blocks: int | None = None  # cap on rBlocks lent to remote instances; None = no cap
+    move_chunk_tokens: int = 16  # KV moved per instance and step
+    gmanager_interval_steps: int = 8  # 0: no gManager rounds (spilling still asks it for creditors)
+    dgfm: bool = True
+    # True: infinite-llm 5.2, no instance borrows and lends at once (the rManagers refuse it, the gManager never
+    # recommends a debtor as a creditor); False: distkv-llm 4.5 (DGFM cancels the cycles). Algorithm 1 keeps 5.2's rule
+    exclusive_roles: bool = True
+    chunked_prefill_tokens: int | None = None  # tokens per step, decodes included; None: whole prompts
+    seed: int = 0
+    gmanager: GManagerConfig = GManagerConfig()
+
+    def __post_init__(self):
+        if self.num_instances < 1:
+            raise InputError(f"need at least one instance (got {self.num_instances})")
+        if self.block_size < 1 or self.max_batch_size < 1 or self.move_chunk_tokens < 1:
+            raise InputError("block size, batch size and move chunk must be >= 1")
+        if self.chunked_prefill_tokens is not None and self.chunked_prefill_tokens < self.block_size:
+            raise InputError(f"chunked prefill needs at least one block of tokens per step ({self.block_size})")
+        if self.blocks_per_instance < 0 or self.cpu_blocks_per_instance < 0:
+            raise InputError("block counts must be non-negative")
+
+    @property
+    def blocks_per_instance_total(self) -> int:
+        return self.blocks_per_instance + self.cpu_blocks_per_instance
+
+    def check_fits(self, seq: Sequence) -> None:
+        """Raise InputError when `seq`, prompt and all its new tokens, fits nowhere in this cluster."""
+        need = num_blocks_for(seq.num_tokens + seq.max_new_tokens, self.block_size)
+        room = self.blocks_per_instance_total
+        if self.pooling:
+            room += (self.num_instances - 1) * min(room, self.max_lent_blocks or room)
+        if need > room:
+            raise InputError(f"request {seq.req_id} needs {need} rBlocks of {self.block_size} tokens but "
+                             f"the {'cluster' if self.pooling else 'instance'} has {room}; "
+                             + ("raise --blocks-per-instance or --instances" if self.pooling else
+                                "raise --blocks-per-instance (with --no-pooling a request must fit one instance)"))
