@@ -1,15 +1,18 @@
 """Fitting: the committed coefficients regenerate byte for byte, the fits reproduce the profile rows,
 and a synthetic profiles folder comes back with the values it was built from."""
+import copy
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from reference_impl.calibration import coefficients
 from reference_impl.calibration.coefficients import DEFAULT_PATH, dumps, validate
 from reference_impl.calibration.curve import Curve
-from reference_impl.calibration.fit import calibrate
+from reference_impl.calibration.fit import REGENERATE, calibrate, datasheet_drift
 from reference_impl.calibration.readers import NON_ATTENTION_OPS
 from reference_impl.errors import InputError
 
@@ -111,6 +114,31 @@ def test_synthetic_profiles_come_back_as_built(tmp_path):
         assert curve["max_rel_err"] < 1e-5  # a straight line is reproduced exactly between bin medians
     assert sorted(a100["all_reduce_s"]) == ["2", "4"] and sorted(a100["send_recv_s"]) == ["inter-node", "intra-node"]
     assert dumps(doc) == dumps(calibrate(tmp_path))
+
+
+def test_the_committed_calibration_holds_what_specs_json_gives_today():
+    """Without the profiles (a clean clone): every value `repro calibrate` takes or derives from specs.json (memory,
+    HBM rate, node shape, the published prefill attention rate, the H100's attention scaled from the A100's) is
+    what specs.json gives now; an edited specs.json fails here until the calibration is regenerated."""
+    drift = datasheet_drift(coefficients.load())
+    assert not drift, ("specs.json changed since reference_impl/calibration/data/vidur_distserve.json was fitted; "
+                       f"regenerate it with `{REGENERATE}` (then `make bless` if simulated numbers move):\n"
+                       + "\n".join(drift))
+
+
+def test_datasheet_drift_agrees_with_calibrate_and_names_a_stale_value(tmp_path):
+    root = make_profiles(tmp_path)
+    shutil.copytree(root / "vidur/compute/a100", root / "vidur/compute/h100")  # an H100 without a decode profile
+    shutil.copytree(root / "vidur/network/a100_dgx", root / "vidur/network/h100_dgx")
+    doc = calibrate(root)
+    assert "H100-SXM" in doc["hardware"] and datasheet_drift(doc) == []
+    for gpu, key in (("A100-80GB-SXM", "prefill_attn_flops_per_s"), ("H100-SXM", "kv_read_bytes_per_s")):
+        stale = copy.deepcopy(doc)
+        stale["hardware"][gpu]["attention"][key] *= 1.1
+        assert [line.split(":")[0] for line in datasheet_drift(stale)] == [f"{gpu} attention {key}"]
+    stale = copy.deepcopy(doc)
+    stale["hardware"]["A100-80GB-SXM"]["hbm_bytes_per_s"] *= 0.9
+    assert [line.split(":")[0] for line in datasheet_drift(stale)] == ["A100-80GB-SXM hbm_bytes_per_s"]
 
 
 def test_bad_profile_folders_raise_one_line_input_errors(tmp_path):

@@ -7,6 +7,7 @@ non-decreasing by isotonic regression (more bytes never take less time; an optim
 bytes over the rate implied by DistServe's decode slope (see `_measured_attention`).
 """
 import hashlib
+import math
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,8 @@ NON_ATTENTION_MAX_REL_ERR = 0.05
 NETWORK_BINS_PER_OCTAVE = 2
 PROFILE_DTYPE_BYTES = 2  # Vidur and DistServe profiled fp16 models
 SEND_RECV_LINKS = {1: INTER_NODE, 2: INTRA_NODE}  # devices_per_node of a 2-worker send/recv
+REGENERATE = ("repro calibrate --profiles ../shared/data/profiles "
+              "--out reference_impl/calibration/data/vidur_distserve.json")
 
 
 def binned_curve(xs, ys, bins_per_octave: int = NETWORK_BINS_PER_OCTAVE) -> Curve:
@@ -117,6 +120,12 @@ def _measured_attention(root: Path, profile: str, hbm_bytes_per_s: float, files:
     return doc
 
 
+def _datasheet(gpu: dict) -> dict:
+    """A GPU's hardware entries that specs.json gives (the datasheet's memory, HBM rate and node shape)."""
+    return {"dtype_bytes": PROFILE_DTYPE_BYTES, "mem_bytes": gpu["mem_gb"] * 1e9,
+            "hbm_bytes_per_s": gpu["hbm_gb_s"] * 1e9, "gpus_per_node": gpu["gpus_per_node"]}
+
+
 def _published_prefill(attention: dict, gpu: dict) -> dict:
     """Prefill attention from the GPU's published/measured rate in specs.json where there is one (a better
     determined number than a quadratic fit term); the fitted value stays beside it for sensitivity runs."""
@@ -151,9 +160,7 @@ def calibrate(profiles_dir) -> dict:
             continue
         all_reduce, send_recv = _network(root, gpu["vidur_network"], files)
         hardware[name] = {
-            "dtype_bytes": PROFILE_DTYPE_BYTES, "mem_bytes": gpu["mem_gb"] * 1e9,
-            "hbm_bytes_per_s": gpu["hbm_gb_s"] * 1e9, "gpus_per_node": gpu["gpus_per_node"],
-            "non_attention_s": _non_attention(root, gpu["vidur_sku"], files),
+            **_datasheet(gpu), "non_attention_s": _non_attention(root, gpu["vidur_sku"], files),
             "all_reduce_s": all_reduce, "send_recv_s": send_recv,
         }
         if "distserve_profile" in gpu:
@@ -176,3 +183,37 @@ def calibrate(profiles_dir) -> dict:
             "fit": {"non_attention": f"greedy knots through per-token medians, max rel err {NON_ATTENTION_MAX_REL_ERR}",
                     "network": f"medians in 1/{NETWORK_BINS_PER_OCTAVE}-octave bins of message bytes, isotonic",
                     "spec_source": "reference_impl/calibration/specs.json"}}
+
+
+def datasheet_drift(doc: dict) -> list[str]:
+    """What `calibrate` takes or derives from specs.json, recomputed for calibration `doc` from specs.json and the
+    profile fits `doc` holds: one line per value that differs (beyond the 6 significant digits kept). Empty when
+    `doc` is what `calibrate` would write today (regenerate it with REGENERATE when not)."""
+    lines, reference = [], None
+    for name in [g for g in gpu_names() if g in doc["hardware"]]:
+        gpu, hw = gpu_entry(name), doc["hardware"][name]
+        lines += _differences(name, hw, {**hw, **_datasheet(gpu)})
+        attention = hw["attention"]
+        if "distserve_profile" in gpu:  # the fitted entry, before specs.json's prefill rate replaced the fit's
+            published = ("prefill_attn_source", "prefill_attn_flops_per_s")
+            fitted = {k: v for k, v in attention.items() if k not in published}
+            if "distserve_prefill_attn_flops_per_s" in attention:
+                fitted["prefill_attn_flops_per_s"] = attention["distserve_prefill_attn_flops_per_s"]
+            fitted["hbm_fraction"] = round_sig(fitted["kv_read_bytes_per_s"] / (gpu["hbm_gb_s"] * 1e9))
+            reference = reference or (name, fitted)
+            want = _published_prefill(fitted, gpu)
+        elif reference is not None:
+            want = _published_prefill(_derived_attention(reference[1], reference[0], gpu), gpu)
+        else:
+            continue
+        lines += _differences(f"{name} attention", attention, want)
+    return lines
+
+
+def _differences(where: str, got: dict, want: dict) -> list[str]:
+    def same(a, b) -> bool:
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            return math.isclose(a, b, rel_tol=1e-5)
+        return a == b
+    return [f"{where} {key}: {got.get(key)!r} in the calibration, {want.get(key)!r} from specs.json"
+            for key in sorted(set(got) | set(want)) if not same(got.get(key), want.get(key))]

@@ -41,18 +41,18 @@ from repro.experiments.params import Param, int_list
 from repro.serving.tasks import PointTask, default_workers, point_pool, run_point, run_tasks, typed
 from repro.serving.curves import CurveGroup, find_saturation, probe_requests
 from repro.serving.plateau import Climb, extend_to_plateau, max_tput_tok_s, reaches_plateau
-from reference_impl.calibration.specs import model_spec
+from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.errors import InputError
 from reference_impl.links import DEFAULT_LINK, INTER_NODE, INTRA_NODE
 from reference_impl.sim.config import SIM_ENGINE, as_simulated, with_engine
 from reference_impl.sim.systems import system_config
 
-CALIBRATED_PREFILL_TFLOPS = 190  # reference_impl/calibration/specs.json (FlashAttention-2 on A100)
+CALIBRATED_PREFILL_TFLOPS = gpu_entry(GPU)["prefill_attn_tflops"]  # specs.json (FlashAttention-2's published rate)
 LONG_QUANTILE = 0.9
 CHUNK_TOKENS = 512
 ARMS = {  # input -> ((label, value), ...); the default value of each input is one of its arms
-    "prefill_tflops": ((43.5, "DistServe fit"), (144, "H100 measured x 312/989"), (190, "FlashAttention-2 A100"),
-                       (230, "FlashAttention-2 A100, high")),
+    "prefill_tflops": ((43.5, "DistServe fit"), (144, "H100 measured x 312/989"),
+                       (CALIBRATED_PREFILL_TFLOPS, "FlashAttention-2 A100"), (230, "FlashAttention-2 A100, high")),
     "link": ((INTRA_NODE, "NVLink"), (INTER_NODE, "measured inter-node"), ("0.125", "paper's 125 MB/s")),
     "long_output_scale": ((0.5, "x0.5"), (1.0, "x1"), (2.0, "x2")),
     "max_batch_size": ((64, "64"), (256, "256"), (1024, "1024")),
