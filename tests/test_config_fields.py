@@ -1,8 +1,9 @@
 """Every knob is declared once: no field name in two of the config dataclasses (the simulator's config holds the
-engine's, which holds the gManager's), and the simulator's engine is SIM_ENGINE, not a second set of defaults."""
+engine's, which holds the gManager's, and the engine implementation's costs), and the simulator's engine is SIM_ENGINE, not a second set of defaults."""
 import typing
 from dataclasses import dataclass, fields, is_dataclass
 
+from reference_impl.calibration.engine_costs import EngineCosts
 from reference_impl.engine_config import EngineConfig, GManagerConfig
 from reference_impl.sim.config import SIM_ENGINE, SimConfig
 
@@ -32,7 +33,7 @@ def declared_twice(roots) -> dict[str, list[str]]:
 
 
 def test_no_field_is_declared_in_two_configs():
-    assert {SimConfig, EngineConfig, GManagerConfig} <= set(config_classes(ROOTS))
+    assert {SimConfig, EngineConfig, GManagerConfig, EngineCosts} <= set(config_classes(ROOTS))
     assert declared_twice(ROOTS) == {}
 
 

@@ -1,4 +1,4 @@
-"""Instances sharing the machine's cores in the simulator (CalibratedPerfModel.co_run_slowdown, measured by
+"""Instances sharing the machine's cores in the simulator (EngineCosts.co_run_slowdown, measured by
 sim-vs-real's pooled arm, repro/sim_vs_real/co_run.py): a step computes that much slower while every other
 instance computes, not at all while they idle, and a calibration without it simulates as before."""
 import json

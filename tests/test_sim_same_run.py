@@ -5,6 +5,7 @@ import dataclasses
 
 import pytest
 
+from reference_impl.calibration.engine_costs import EngineCosts
 from reference_impl.sim.config import as_simulated, with_engine
 from reference_impl.sim.simulator import simulate
 from reference_impl.sim.systems import cluster, system_config
@@ -41,14 +42,15 @@ def test_a_peer_call_costs_only_where_instances_pool():
     """A control-plane call on a peer (peer_call_s) slows Infinite-LLM, whose instances reserve and borrow on
     their peers, and is never made without pooling."""
     requests = generate(trace_id=4, num_requests=16, rate_per_s=0.5, seed=0)
-    free, slow = _run("infinite-llm", requests), _run("infinite-llm", requests, peer_call_s=0.05)
+    slow_calls = EngineCosts(peer_call_s=0.05)
+    free, slow = _run("infinite-llm", requests), _run("infinite-llm", requests, engine_costs=slow_calls)
     assert slow.num_peer_calls > 0
     assert slow.summary().mean_latency_s > free.summary().mean_latency_s
     for system in ("vllm-m", "vllm-s"):
-        runs = [_run(system, requests, peer_call_s=s) for s in (None, 0.05)]
+        runs = [_run(system, requests, engine_costs=c) for c in (None, slow_calls)]
         assert _trajectory(runs[0]) == _trajectory(runs[1]) and runs[1].num_peer_calls == 0
-        configs = {as_simulated(system_config(system, cluster("llama2-7b", "A100-80GB-SXM", 4, peer_call_s=s)))
-                   for s in (None, 0.05)}
+        configs = {as_simulated(system_config(system, cluster("llama2-7b", "A100-80GB-SXM", 4, engine_costs=c)))
+                   for c in (None, EngineCosts(), slow_calls)}
         assert len(configs) == 1
 
 

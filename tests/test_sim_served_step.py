@@ -1,4 +1,4 @@
-"""The simulator's served-step cost (CalibratedPerfModel.served_step_s, measured on the Ray engine by sim-vs-real's
+"""The simulator's served-step cost (EngineCosts.served_step_s, measured on the Ray engine by sim-vs-real's
 pooled arm): it slows only steps with remote rBlocks, and a calibration without it simulates as before; likewise the
 per-call latency of a control-plane call on a peer (peer_call_s)."""
 import json

@@ -1,4 +1,5 @@
-"""CalibratedPerfModel: infinite-llm Eq. 5 with every term taken from a calibration file.
+"""CalibratedPerfModel: infinite-llm Eq. 5 with every term taken from a calibration file (what hardware profiles and
+datasheets give; what a particular engine implementation costs beyond that is engine_costs.EngineCosts).
 
     layer time = W(b)/f(b)        measured non-attention time of one layer at b tokens (TP shard)
                + 2 all-reduces    of b * hidden activations when tp > 1 (after attention and after the MLP)
@@ -83,17 +84,6 @@ class CalibratedPerfModel:
     query_bytes: float
     result_bytes: float
     step_overhead: StepOverhead | None = None  # measured by `repro profile` on the machine at hand only
-    # Measured on the Ray engine of the machine at hand only (sim-vs-real's pooled arm); 0 elsewhere:
-    # - served_step_s: how long a debtor's step waits for a creditor serving it (all layers, the wall time of the
-    #   creditor's serving thread beyond waiting for the queries: its core is shared with the creditor's own step);
-    # - served_cpu_s: what serving one debtor step costs the creditor's core (a calibration without it: served_step_s);
-    # - peer_call_s: one control-plane call on a peer's rManager that waits for the reply (sim/peer_calls.py);
-    # - co_run_slowdown: a step's compute time while every instance of the machine computes, over its time while
-    #   the others idle (the instances share the machine's cores and caches); 1 on the GPU calibrations, a GPU each
-    served_step_s: float = 0.0
-    served_cpu_s: float = 0.0
-    peer_call_s: float = 0.0
-    co_run_slowdown: float = 1.0
 
     @classmethod
     def for_setting(cls, *, model: str, gpu: str, tp: int = 1, pp: int = 1, link=None,
@@ -132,7 +122,6 @@ class CalibratedPerfModel:
         kv_per_layer = 2 * spec.kv_heads_per_gpu(tp) * spec.head_dim * dtype
         overhead = hw.get("step_overhead_s", {}).get(model)
         query = spec.hidden // tp * dtype
-        served_step_s = _engine_cost(hw, "served_step_s", model, 0.0)
         return cls(
             num_layers=spec.num_layers, model=model, gpu=gpu, tp=tp, pp=pp, memory=memory,
             non_attention=Curve.from_json(per_tp[str(tp)]), all_reduce=all_reduce,
@@ -141,10 +130,7 @@ class CalibratedPerfModel:
             kv_read_s_per_token=kv_per_layer / attention["kv_read_bytes_per_s"],
             prefill_attn_s_per_pair=(4 * spec.hidden / tp / prefill_rate) if prefill_rate else 0.0,
             query_bytes=query, result_bytes=query + spec.num_heads // tp * LSE_BYTES,
-            step_overhead=StepOverhead.from_json(overhead) if overhead else None,
-            served_step_s=served_step_s, served_cpu_s=_engine_cost(hw, "served_cpu_s", model, served_step_s),
-            peer_call_s=_engine_cost(hw, "peer_call_s", model, 0.0),
-            co_run_slowdown=_engine_cost(hw, "co_run_slowdown", model, 1.0))
+            step_overhead=StepOverhead.from_json(overhead) if overhead else None)
 
     def layer_time_s(self, load: InstanceLoad) -> float:
         tokens = load.batch_size + load.prefill_tokens
@@ -168,12 +154,3 @@ class CalibratedPerfModel:
     def kv_transfer_s(self, num_tokens: int) -> float:
         """Moving `num_tokens` of KV (all layers) to another instance over `link`, GPU shards in parallel."""
         return self.link.time_s(num_tokens * self.memory.kv_bytes_per_token_per_gpu)
-
-
-def engine_cost_field(key: str) -> str:
-    """Where a measured engine cost keeps its number: seconds ("s") for a time, "value" for a ratio."""
-    return "s" if key.endswith("_s") else "value"
-
-
-def _engine_cost(hw: dict, key: str, model: str, default):
-    return hw.get(key, {}).get(model, {}).get(engine_cost_field(key), default)

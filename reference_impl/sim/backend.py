@@ -7,21 +7,22 @@ Model of time:
   are (the engine's split causal prefill); a creditor's share is added to its next step. With chunked
   prefill a step carries both: the decode batch and prompt chunks (pairs against the prompt's prefix).
 - KV moves and DGFM swaps: transfer time on the link, overlapped with the source's next step (max of both).
-- measured on the Ray engine of the machine at hand only (0 for the GPU calibrations): a debtor step waits
-  `served_step_s` for each creditor serving it, whose next step pays `served_cpu_s` for it; each control-plane
-  call an instance makes on a peer that waits for the reply (sim/peer_calls.py) adds `peer_call_s` to its step;
-  instances sharing the machine's cores: a step's compute takes `co_run_slowdown` times as long when every other
-  instance computes as it starts, pro rata for some of them.
+- what the engine implementation costs (EngineCosts; measured on the Ray engine of the machine at hand, none for
+  the GPU calibrations): a debtor step waits `served_step_s` for each creditor serving it, whose next step pays
+  `served_cpu_s` for it; each control-plane call an instance makes on a peer that waits for the reply
+  (sim/peer_calls.py) adds `peer_call_s` to its step; instances sharing the machine's cores: a step's compute takes
+  `co_run_slowdown` times as long when every other instance computes as it starts, pro rata for some of them.
 """
 from dataclasses import dataclass, replace
 
+from reference_impl.calibration.engine_costs import EngineCosts
 from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.engine import Engine
 from reference_impl.instance import Instance
 from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.sequence import Sequence
 from reference_impl.serving.records import RequestRecord
-from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
+from reference_impl.sim.config import SimConfig, blocks_per_instance, engine_costs, perf_model
 from reference_impl.sim.peer_calls import count_peer_calls
 
 
@@ -42,9 +43,11 @@ class SimBackend:
     supports_chunked_prefill = True
 
     def __init__(self, config: SimConfig, records: dict[int, RequestRecord], *,
-                 model: CalibratedPerfModel | None = None, prefill_elsewhere: bool = False):
+                 model: CalibratedPerfModel | None = None, costs: EngineCosts | None = None,
+                 prefill_elsewhere: bool = False):
         self.config = config
         self.model = perf_model(config) if model is None else model
+        self.costs = engine_costs(config) if costs is None else costs
         self.records = records
         self.prefill_elsewhere = prefill_elsewhere
         self.num_moved_blocks = 0
@@ -61,7 +64,7 @@ class SimBackend:
     def step(self, instance: Instance, co_running: float = 0.0) -> tuple[list[Sequence], StepCost | None,
                                                                          list[Sequence]]:
         """Instance.step on this backend: (the batch, its cost (None: no batch ran), the requests that finished).
-        `co_running`: the share of the other instances computing as it starts (CalibratedPerfModel.co_run_slowdown)."""
+        `co_running`: the share of the other instances computing as it starts (EngineCosts.co_run_slowdown)."""
         seqs, is_prefill = instance.begin_step(self)
         if not seqs:
             return seqs, None, []
@@ -75,7 +78,7 @@ class SimBackend:
 
     def execute(self, instance: Instance, seqs: list[Sequence], is_prefill: bool,
                 co_running: float = 0.0) -> StepCost:
-        rm, bs, model = instance.rm, self.config.engine.block_size, self.model
+        rm, bs, model, costs = instance.rm, self.config.engine.block_size, self.model, self.costs
         if is_prefill:  # whole prompts
             chunks, decodes = [(seq, 0, seq.num_tokens) for seq in seqs], []
             num_tokens = len(seqs)
@@ -91,21 +94,21 @@ class SimBackend:
         prefill_tokens, local_pairs, remote_s, remote_queries = self._prefill_share(rm, chunks, creditors)
         decode_queries, remote_wait_s = self._decode_share(rm, decodes, creditors)
         remote_queries += decode_queries
-        if creditors and model.served_step_s:  # each creditor serving this step: on its next step (its core)
+        if creditors and costs.served_step_s:  # each creditor serving this step: on its next step (its core)
             for inst_id in creditors:           # and on this one's critical path, every layer
-                self.owed_s[inst_id] = self.owed_s.get(inst_id, 0.0) + model.served_cpu_s
-            remote_wait_s += model.served_step_s
+                self.owed_s[inst_id] = self.owed_s.get(inst_id, 0.0) + costs.served_cpu_s
+            remote_wait_s += costs.served_step_s
         load = InstanceLoad(batch_size=len(decodes), attn_kv_tokens=rm.pool.num_used * bs if decodes else 0,
                             num_remote_queries=remote_queries, prefill_tokens=prefill_tokens,
                             prefill_attn_pairs=int(local_pairs))
         compute_s = step_time_s(model, load) if prefill_tokens or decodes else 0.0
         if co_running:
-            compute_s *= 1.0 + (model.co_run_slowdown - 1.0) * co_running
+            compute_s *= 1.0 + (costs.co_run_slowdown - 1.0) * co_running
         local_attn_s = model.num_layers * local_pairs * model.prefill_attn_s_per_pair
         compute_s += max(0.0, remote_s - local_attn_s, remote_wait_s)  # waits for the slowest creditor
         calls = self.peer_calls.pop(rm.inst_id, 0)
         self.num_peer_calls += calls
-        compute_s += self.owed_s.pop(rm.inst_id, 0.0) + model.peer_call_s * calls
+        compute_s += self.owed_s.pop(rm.inst_id, 0.0) + costs.peer_call_s * calls
         moved_tokens = self.sent_tokens.pop(rm.inst_id, 0)
         return StepCost(max(compute_s, model.kv_transfer_s(moved_tokens)), num_tokens, moved_tokens)
 
@@ -164,6 +167,6 @@ def build_engine(config: SimConfig, backend: SimBackend) -> Engine:
                             gmanager=replace(config.engine.gmanager,
                                              instances_per_node=max(1, 8 // (config.tp * config.pp))))
     engine = Engine(engine_config, backend, perf_model=backend.model)
-    if backend.model.peer_call_s:
+    if backend.costs.peer_call_s:
         count_peer_calls(engine.instances, backend.peer_calls)
     return engine

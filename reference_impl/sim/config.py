@@ -2,6 +2,7 @@
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from reference_impl.calibration.engine_costs import EngineCosts
 from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.engine_config import EngineConfig, GManagerConfig
@@ -33,17 +34,14 @@ class SimConfig:
     # fixed rBlock count per instance (None: what the GPU's memory holds): simulating a real local run
     coefficients_path: str | None = None
     num_blocks: int | None = None
-    # One control-plane call on a peer's rManager that waits for its reply (a reservation, a reclaim ask), charged
-    # to the caller's step (sim/peer_calls.py); None: the calibration's value (0 in the A100/H100 fits, which have
-    # no measurement of an engine's control plane; measured on the machine at hand by sim-vs-real's pooled arm)
-    peer_call_s: float | None = None
+    # What the engine implementation costs beyond the cost model (a served step, a peer call, co-running); None: the
+    # calibration's (none in the A100/H100 fits, which have no engine; measured by sim-vs-real's pooled arm)
+    engine_costs: EngineCosts | None = None
     engine: EngineConfig = SIM_ENGINE  # the instances, pooling and the control plane's knobs
 
     def __post_init__(self):
         if not self.gmanager_interval_s > 0:
             raise InputError(f"gManager interval must be > 0 s (got {self.gmanager_interval_s})")
-        if self.peer_call_s is not None and not self.peer_call_s >= 0:
-            raise InputError(f"a peer call's latency must be >= 0 s (got {self.peer_call_s})")
         model_spec(self.model)
         gpus_per_node = gpu_entry(self.gpu)["gpus_per_node"] if self.coefficients_path is None else 1
         if self.tp > gpus_per_node:
@@ -68,15 +66,23 @@ def as_simulated(config: SimConfig) -> SimConfig:
     """`config` with the settings its runs never read put back to their defaults, so that two configs which
     simulate the same run compare equal: without pooling the link carries nothing (no remote MicroAttention, no
     KV moves, no gManager round) and no instance calls a peer."""
-    return config if config.engine.pooling else replace(config, link=DEFAULT_LINK, peer_call_s=None)
+    if config.engine.pooling:
+        return config
+    return replace(config, link=DEFAULT_LINK, engine_costs=replace(engine_costs(config), peer_call_s=0.0))
 
 
 def perf_model(config: SimConfig) -> CalibratedPerfModel:
     """The calibrated cost model of one instance of `config` (raises InputError for a bad setting)."""
     path = config.coefficients_path
     version = Path(path).stat().st_mtime_ns if path is not None and Path(path).is_file() else None
-    model = _cached_model(config.model, config.gpu, config.tp, config.pp, str(config.link), path, version)
-    return model if config.peer_call_s is None else replace(model, peer_call_s=config.peer_call_s)
+    return _cached_model(config.model, config.gpu, config.tp, config.pp, str(config.link), path, version)
+
+
+def engine_costs(config: SimConfig) -> EngineCosts:
+    """What `config`'s engine costs beyond the cost model: `config.engine_costs`, else its calibration's."""
+    if config.engine_costs is not None:
+        return config.engine_costs
+    return EngineCosts.from_calibration(config.coefficients_path, config.gpu, config.model)
 
 
 _MODELS: dict = {}

@@ -47,7 +47,7 @@ class Simulator:
         self.seqs: dict[int, Sequence] = {}
         self.busy = [False] * config.engine.num_instances  # a step event is queued
         self.computing = [False] * config.engine.num_instances  # ... and it runs work (not only a KV transfer)
-        self.shares_cores = self.backend.model.co_run_slowdown != 1.0 and config.engine.num_instances > 1
+        self.shares_cores = self.backend.costs.co_run_slowdown != 1.0 and config.engine.num_instances > 1
         self.noop_steps = [(None, 0)] * config.engine.num_instances  # (instant, steps that did nothing at it)
         self.pending = self.arrivals_left = len(requests)
         self.idle_rounds = 0

@@ -44,7 +44,7 @@ from repro.serving.plateau import Climb, extend_to_plateau, max_tput_tok_s, reac
 from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.errors import InputError
 from reference_impl.links import DEFAULT_LINK, INTER_NODE, INTRA_NODE
-from reference_impl.sim.config import SIM_ENGINE, as_simulated, with_engine
+from reference_impl.sim.config import SIM_ENGINE, as_simulated, engine_costs, with_engine
 from reference_impl.sim.systems import system_config
 
 CALIBRATED_PREFILL_TFLOPS = gpu_entry(GPU)["prefill_attn_tflops"]  # specs.json (FlashAttention-2's published rate)
@@ -112,7 +112,8 @@ def arm_group(group: CurveGroup, inp: str, value) -> CurveGroup:
     elif inp == "chunked_prefill_tokens" and value is not None:
         g.base = with_engine(group.base, chunked_prefill_tokens=value)
     elif inp == "peer_call_ms" and value:
-        g.base = dataclasses.replace(group.base, peer_call_s=value / 1e3)
+        costs = dataclasses.replace(engine_costs(group.base), peer_call_s=value / 1e3)
+        g.base = dataclasses.replace(group.base, engine_costs=costs)
     return g
 
 

@@ -66,9 +66,9 @@ def add_measured_link(path: Path) -> dict:
 
 
 def add_engine_costs(path: Path, model: str, costs: dict[str, float], source: str) -> None:
-    """Add what the Ray engine of this machine measured (CalibratedPerfModel.served_step_s, served_cpu_s,
+    """Add what the Ray engine of this machine measured (EngineCosts' fields: served_step_s, served_cpu_s,
     peer_call_s, co_run_slowdown) to the calibration at `path`."""
-    from reference_impl.calibration.model import engine_cost_field
+    from reference_impl.calibration.engine_costs import engine_cost_field
 
     doc = json.loads(path.read_text())
     (hardware,) = doc["hardware"].values()

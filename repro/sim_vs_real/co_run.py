@@ -1,5 +1,5 @@
 """How much slower an instance's step computes while the other instances of this machine compute too: the
-simulator's `CalibratedPerfModel.co_run_slowdown` for the pooled arm. The instances are processes sharing the
+simulator's `EngineCosts.co_run_slowdown` for the pooled arm. The instances are processes sharing the
 machine's cores and caches with each other, the driver and Ray's daemons, so a step that the CPU-time calibration
 times on an idle core takes longer when every instance steps at once (measured here on the 2-core machine:
 1.10-1.23x; `repro bench ray` saw 2 instances step 1.38-1.43x as long as a 1-instance engine).
