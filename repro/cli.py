@@ -7,7 +7,7 @@ from repro.lazy_group import LazyGroup
 
 # name -> ("module:attribute", short help): `repro --help` lists them without importing any
 COMMANDS = {
-    "attention": ("repro.commands.attention:attention", "DistAttention kernels: equivalence checks."),
+    "attention": ("repro.attention.cli:attention", "DistAttention kernels: equivalence checks."),
     "bench": ("repro.commands.bench:bench", "Micro-benchmarks measured on the machine at hand."),
     "calibrate": ("repro.commands.calibrate:calibrate",
                   "Fit the cost model's coefficients to real A100/H100 profiles and print the fit error per curve."),

@@ -2,7 +2,7 @@
 import pytest
 
 from reference_impl.errors import InputError
-from repro.analysis.migration import LinearStep, MigrationComparator, MigrationSetting
+from repro.migration.model import LinearStep, MigrationComparator, MigrationSetting
 
 LLAMA2_7B_BYTES = 2 * (32 * (4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096) + 2 * 32000 * 4096)
 

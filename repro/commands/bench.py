@@ -3,7 +3,7 @@ import click
 from repro.lazy_group import LazyGroup
 
 BENCHMARKS = {
-    "attention": ("repro.commands.bench_attention:bench_attention",
+    "attention": ("repro.attention.cli:bench_attention",
                   "Decode attention over paged KV: time, GB/s of KV read, % of the device's peak bandwidth, and "
                   "the speed ratio to torch SDPA on contiguous KV measured in the same run."),
     "engine": ("repro.commands.bench_engine:bench_engine",

@@ -4,8 +4,8 @@ import importlib
 from reference_impl.errors import InputError
 
 EXPERIMENTS = {
-    "attention-micro": "repro.experiments.attention_micro",
-    "migration": "repro.experiments.migration",
+    "attention-micro": "repro.attention.experiment",
+    "migration": "repro.migration.experiment",
     "kv-move": "repro.experiments.kv_move",
     "remote-vs-local": "repro.experiments.remote_vs_local",
     "motivation": "repro.experiments.motivation",

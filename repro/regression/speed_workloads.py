@@ -55,7 +55,7 @@ def attention(size: str) -> tuple[Side, Side]:
     import torch.nn.functional as F
 
     from reference_impl.kernels import micro_attention
-    from repro.benchmarks.attention import MODEL_HEADS, AttentionBenchPoint, contiguous_kv, kv_bytes, paged_inputs
+    from repro.attention.bench import MODEL_HEADS, AttentionBenchPoint, contiguous_kv, kv_bytes, paged_inputs
 
     # GQA heads: SDPA's grouped path moves memory like ours, so their ratio holds under a neighbour's load
     model, ctx, batch, calls = ("llama2-70b", 1024, 4, 8) if size == "ci" else ("llama2-70b", 8192, 8, 2)

@@ -7,8 +7,8 @@ SEED = 0
 
 def run(size, device: torch.device) -> dict:
     from reference_impl.kernels.equivalence import equivalence, make_case, split_and_merge
-    from repro.benchmarks.attention import run_attention_bench
-    from repro.commands.attention import LAYOUTS
+    from repro.attention.bench import run_attention_bench
+    from repro.attention.cli import LAYOUTS
 
     rows = []
     for backend, dtype, layout in size.check_cases:

@@ -1,4 +1,4 @@
-"""migration: distkv-llm Fig 9, live migration vs borrowing a neighbour's memory (repro/analysis/migration.py).
+"""migration: distkv-llm Fig 9, live migration vs borrowing a neighbour's memory (repro.migration.model.py).
 
 LLaMA2-7B on one A100, capacity C from the calibrated memory model. The paper's (prompt, output) pairs
 all end at 110K tokens, 2K past the paper's 108K capacity; with `align` (default) the prompts are shifted
@@ -9,7 +9,7 @@ from dataclasses import asdict, fields
 
 import pandas as pd
 
-from repro.analysis.migration import MigrationComparator, MigrationSetting
+from repro.migration.model import MigrationComparator, MigrationSetting
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result, new_figure, save
 from repro.experiments.params import Param, boolean, link, positive_float

@@ -1,1 +1,0 @@
-"""Cost-model arithmetic behind experiments that simulate no cluster (migration.py: distkv-llm Fig 9)."""
