@@ -16,6 +16,7 @@ from reference_impl.instance import Backend, Instance
 from reference_impl.memo import Changes, Memo
 from reference_impl.perf_model import PerfModel
 from reference_impl.retrieval import blocks_to_retrieve, main_creditor
+from reference_impl.room import ClusterRoom
 from reference_impl.sequence import Sequence, num_blocks_for
 
 __all__ = ["CHUNKED_SIM_ONLY", "Engine", "EngineConfig", "GManagerConfig"]
@@ -44,10 +45,7 @@ class Engine:
         self.num_swaps = 0  # DGFM swaps carried out
         self._sent = Memo()  # inst_id -> its state at its last heartbeat, per gManager
         self._heard = Memo()  # (gManager, changes) at the last heartbeats
-        self._room = Memo()  # each instance's lendable room, their sum, the pooled room of those asked, per memory
-        self._lendable = [i.rm.num_lendable for i in self.instances]  # kept up to date by _room_now
-        self._free = [i.rm.num_free for i in self.instances]
-        self.changes.changed_rms.clear()
+        self._room = ClusterRoom(self.rmanagers, self.changes)
         self._none_to_fill = Memo()  # (changes) at a fill_idle that found nothing
         self._targets = Memo()  # pool_targets, per (memory, queues) changes
         self._min_need = Memo()  # min_waiting_blocks, per queue changes
@@ -87,16 +85,12 @@ class Engine:
             free.sort(key=lambda i: (-i.rm.num_free, i.inst_id))
         return free
 
-    def _pooled_room(self):
-        """inst -> rBlocks it could admit now with what creditors lend; valid until memory changes (read once
-        per count of memory changes: many events change no memory)."""
-        lendable, total_lendable, rooms, _ = self._room.get(self.changes.memory, self._room_now)
-
-        def room(inst: Instance) -> int:
-            if inst.inst_id not in rooms:
-                rooms[inst.inst_id] = inst.rm.num_admissible(True, total_lendable - lendable[inst.inst_id])
-            return rooms[inst.inst_id]
-        return room
+    def room(self) -> ClusterRoom:
+        """The cluster's room now (each instance's lendable and free rBlocks, their sums, pooled rooms): refreshed
+        first when memory changed since it was last read (many events change no memory)."""
+        if self._room.memory != self.changes.memory:
+            self._room.refresh(self.rmanagers, self.changes)
+        return self._room
 
     def min_waiting_blocks(self) -> int | None:
         """The fewest rBlocks a waiting request of the cluster needs at admission (None: nothing waits)."""
@@ -107,20 +101,11 @@ class Engine:
 
     def most_pooled_room(self) -> int:
         """A bound on every instance's pooled room: all of an instance, plus all the creditors may lend."""
-        return self.config.blocks_per_instance_total + self._room.get(self.changes.memory, self._room_now)[1]
+        return self.config.blocks_per_instance_total + self.room().total_lendable
 
     def num_free(self) -> int:
         """Free rBlocks in the cluster."""
-        return self._room.get(self.changes.memory, self._room_now)[3]
-
-    def _room_now(self) -> tuple[tuple[int, ...], int, dict[int, int], int]:
-        """(each instance's lendable rBlocks, their sum, pooled rooms read so far, free rBlocks in all); only
-        the rManagers changed since the last call are read again."""
-        for i in self.changes.changed_rms:
-            rm = self.rmanagers[i]
-            self._lendable[i], self._free[i] = rm.num_lendable, rm.num_free
-        self.changes.changed_rms.clear()
-        return tuple(self._lendable), sum(self._lendable), {}, sum(self._free)
+        return self.room().total_free
 
     def redispatch(self, inst: Instance) -> Instance | None:
         """Admission against the pool: when `inst` cannot admit its first waiting request now, hand it to the
@@ -132,8 +117,8 @@ class Engine:
         need = s.head_blocks
         if need > self.most_pooled_room():
             return None  # (the common case: a request larger than an instance, with creditors short of room)
-        room = self._pooled_room()
-        other = next((o for o in self.pool_targets() if o is not inst and need <= room(o)), None)
+        room = self.room()
+        other = next((o for o in self.pool_targets() if o is not inst and need <= room.pooled_room(o)), None)
         if other is None:
             return None
         other.scheduler.add_first(s.take_waiting())
@@ -161,7 +146,7 @@ class Engine:
             if s.running or (s.waiting and not s.is_head_blocked):
                 continue
             if pooled_room is None:
-                pooled_room = self._pooled_room()
+                pooled_room = self.room().pooled_room
                 min_need = [i.scheduler.min_waiting_blocks for i in self.instances]
             room = pooled_room(inst)
             least = self.min_waiting_blocks()  # (read again only after a hand-over below changed the queues)

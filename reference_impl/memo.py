@@ -8,8 +8,8 @@ class Changes:
     """How many times one engine's state changed: `memory` (any of its rManagers' blocks, reservations, counts,
     moves, entries) and `queues` (any of its schedulers' waiting and running requests, a blocked head). The engine
     owns it and gives it to its rManagers and schedulers, which count every change inline (a hot path).
-    `changed_rms`: the rManagers (inst ids) changed since the engine last summed the cluster's free and lendable
-    room, so that it re-reads only those."""
+    `changed_rms`: the rManagers (inst ids) changed since the engine's ClusterRoom (room.py) last refreshed, so
+    that it re-reads only those."""
 
     __slots__ = ("memory", "queues", "changed_rms")
 

@@ -1,8 +1,10 @@
 """The engine's shortcuts are exact: a heartbeat left unsent, a memoized round, and reads memoised while the
 engine's count of memory changes stands give what computing afresh gives, at every round of a run with moves and
-parked work."""
+parked work; a fill_idle or a Handoff that finds nothing to do (afresh or because nothing changed since one that
+found nothing) leaves nothing it could have done. Read through public state only."""
 from reference_impl.engine import Engine
 from reference_impl.gmanager import GManager
+from reference_impl.sequence import num_blocks_for
 from reference_impl.serving.records import FINISHED
 from reference_impl.sim.simulator import simulate
 from reference_impl.sim.systems import cluster
@@ -23,10 +25,11 @@ def test_the_gmanager_and_the_cached_reads_match_a_fresh_look(monkeypatch):
         assert all(gm.status[i.inst_id] == i.status() for i in instances)
         assert gm.entries == {(e.req_id, e.inst_id): e for i in instances for e in i.rm.entries()}
         lendable = [i.rm.num_lendable for i in instances]
-        room = engine._pooled_room()
+        room = engine.room()
+        assert (room.lendable, room.total_lendable) == (lendable, sum(lendable))
         for i in instances:
             fresh = i.rm.num_admissible(True, sum(lendable) - lendable[i.inst_id])
-            assert room(i) == fresh == i.rm.num_admissible(True)
+            assert room.pooled_room(i) == fresh == i.rm.num_admissible(True)
             assert fresh <= engine.most_pooled_room()  # the bound that ends admission checks early
         assert engine.num_free() == sum(i.rm.num_free for i in instances)
         needs = [n for i in instances if (n := i.scheduler.min_waiting_blocks) is not None]
@@ -50,10 +53,11 @@ def test_the_gmanager_and_the_cached_reads_match_a_fresh_look(monkeypatch):
 
 def test_a_memoized_round_plans_what_a_fresh_gmanager_plans(monkeypatch):
     run_round = GManager.run_round
-    memo_hits = []
+    memo_hits, planned_at = [], {}  # a round on the version of the last one is the memoized one
 
     def checked_round(gm):
-        hit = gm._round.holds(gm.version)
+        hit = planned_at.get(id(gm)) == gm.version
+        planned_at[id(gm)] = gm.version
         fresh = GManager(gm.config, gm.perf_model)
         fresh.entries, fresh.status, fresh.frozen = dict(gm.entries), dict(gm.status), set(gm.frozen)
         planned = run_round(gm)
@@ -69,28 +73,62 @@ def test_a_memoized_round_plans_what_a_fresh_gmanager_plans(monkeypatch):
     assert any(memo_hits) and not all(memo_hits)
 
 
-def test_fill_idle_and_handoff_that_found_nothing_find_nothing_while_no_change_is_counted(monkeypatch):
+def nothing_to_fill(engine) -> bool:
+    """No instance that runs nothing, and whose first waiting request (if any) was refused, could take a waiting
+    request that fits its pooled room now (an idle instance's untried first request excepted): what fill_idle
+    promises when it hands nothing over."""
+    if not engine.config.pooling:
+        return True
+    room, bs = engine.room(), engine.config.block_size
+    for inst in engine.instances:
+        s = inst.scheduler
+        if s.running or (s.waiting and not s.is_head_blocked):
+            continue
+        for other in engine.instances:
+            o = other.scheduler
+            start = 1 if other is not inst and not o.running and not o.is_head_blocked else 0
+            if any(num_blocks_for(seq.num_tokens, bs) <= room.pooled_room(inst) for seq in list(o.waiting)[start:]):
+                return False
+    return True
+
+
+def could_redispatch(engine, inst) -> bool:
+    """`inst`'s refused first request fits the pooled room of an instance that may take it (Engine.redispatch)."""
+    s = inst.scheduler
+    if not (engine.config.pooling and s.waiting and s.is_head_blocked):
+        return False
+    room = engine.room()
+    return any(o is not inst and s.head_blocks <= room.pooled_room(o) for o in engine.pool_targets())
+
+
+def test_fill_idle_and_handoff_that_find_nothing_leave_nothing_to_do(monkeypatch):
     """Engine.fill_idle and events.Handoff skip their work when memory and queues did not change since they
-    last found nothing to do: doing it anyway finds nothing again."""
-    from reference_impl.memo import Memo
+    last found nothing to do; whenever they find nothing, skipped or not, there was nothing to do."""
     from reference_impl.sim import events
 
-    hits = {"fill_idle": 0, "handoff": 0}
+    found_nothing, skipped = {}, {"fill_idle": 0, "handoff": 0}
     fill_idle, handoff = Engine.fill_idle, events.Handoff.handle
 
     def checked_fill_idle(engine):
-        if engine._none_to_fill.holds((engine.changes.memory, engine.changes.queues)):
-            engine._none_to_fill = Memo()
-            hits["fill_idle"] += 1
-            assert fill_idle(engine) == []
-        return fill_idle(engine)
+        key = (engine.changes.memory, engine.changes.queues)
+        filled = fill_idle(engine)
+        if not filled:
+            skipped["fill_idle"] += found_nothing.get("fill_idle") == key
+            found_nothing["fill_idle"] = key
+            assert nothing_to_fill(engine)
+        return filled
 
     def checked_handoff(event, sim):
-        if sim.quiet_handoff.holds((sim.changes.memory, sim.changes.queues, event.inst_ids)):
-            sim.quiet_handoff = Memo()
-            hits["handoff"] += 1
-            assert handoff(event, sim) == []
-        return handoff(event, sim)
+        key = (sim.changes.memory, sim.changes.queues, event.inst_ids)
+        caused = handoff(event, sim)
+        if not caused:
+            skipped["handoff"] += found_nothing.get("handoff") == key
+            found_nothing["handoff"] = key
+            engine = sim.engine
+            parked = [engine.instances[i] for i in event.inst_ids]
+            assert not any(could_redispatch(engine, i) for i in parked if i.scheduler.waits_for_others)
+            assert nothing_to_fill(engine)
+        return caused
 
     monkeypatch.setattr(Engine, "fill_idle", checked_fill_idle)
     monkeypatch.setattr(events.Handoff, "handle", checked_handoff)
@@ -98,4 +136,4 @@ def test_fill_idle_and_handoff_that_found_nothing_find_nothing_while_no_change_i
     requests = [Request(i, 0.5 * i, 150_000 if i % 2 else 30_000, 40, f"r{i}") for i in range(12)]
     result = simulate(base, requests)
     assert [r.status for r in result.requests] == [FINISHED] * len(requests)
-    assert hits["fill_idle"] > 0 and hits["handoff"] > 0
+    assert skipped["fill_idle"] > 0 and skipped["handoff"] > 0

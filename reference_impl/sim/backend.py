@@ -26,19 +26,42 @@ from reference_impl.sim.config import SimConfig, blocks_per_instance, engine_cos
 from reference_impl.sim.peer_calls import count_peer_calls
 
 
+@dataclass(slots=True)
+class Pending:
+    """What an instance's next step pays for, gathered since its last step: the KV tokens it sent (moves, DGFM
+    swaps), whose transfer the step overlaps; its share of the other instances' steps it served (s); its waiting
+    calls on peers (sim/peer_calls.py)."""
+    sent_tokens: int = 0
+    owed_s: float = 0.0
+    num_peer_calls: int = 0
+
+
 @dataclass(slots=True)  # (not frozen: one per step, and a frozen dataclass is slower to build)
-class StepCost:
-    """One step of an instance: how long it takes, the tokens it generates, and the KV tokens the instance sent
-    since its last step (moves, DGFM swaps), whose transfer the step overlaps."""
-    duration_s: float
+class StepOutcome:
+    """One step of an instance: the batch it ran (empty: none) and the requests that finished; how long it takes
+    (None: it ran no batch and sent no KV, so no time passes); the tokens it generated; what it paid for (`paid`);
+    and the rBlocks the control plane moved as it began (room freed, as by finished requests)."""
+    seqs: list[Sequence]
+    finished: list[Sequence]
+    duration_s: float | None
     num_tokens: int
-    moved_tokens: int
+    paid: Pending
+    num_moved_blocks: int = 0
+
+    @property
+    def ran(self) -> bool:
+        return bool(self.seqs)
+
+    @property
+    def frees_room(self) -> bool:
+        return bool(self.finished) or self.num_moved_blocks > 0
 
 
 class SimBackend:
-    """The engine's backend in the simulator: `step` runs the control plane of one instance step and returns what
-    it costs; tokens are dummies. Its `execute` returns a StepCost, not tokens, so instances step through `step`,
-    not Instance.step. `records`: per request, where the most creditors it had at once is kept."""
+    """The engine's backend in the simulator: `step` runs the control plane of one instance step and returns its
+    outcome; tokens are dummies. Its `execute` returns a StepOutcome, not tokens, so instances step through `step`,
+    not Instance.step. `pending[inst_id]`: what that instance's next step pays for. `records`: per request, where the
+    most creditors it had at once is kept."""
 
     supports_chunked_prefill = True
 
@@ -50,34 +73,33 @@ class SimBackend:
         self.costs = engine_costs(config) if costs is None else costs
         self.records = records
         self.prefill_elsewhere = prefill_elsewhere
-        self.num_moved_blocks = 0
-        self.owed_s: dict[int, float] = {}  # creditors' share of others' prefill attention, due at their next step
-        self.sent_tokens: dict[int, int] = {}  # KV tokens each instance sent, overlapped with its next step
-        self.peer_calls: dict[int, int] = {}  # each instance's waiting calls on peers since its last step
-        self.num_peer_calls = 0
+        self.num_moved_blocks = 0  # in all, moves and DGFM swaps
+        self.pending = [Pending() for _ in range(config.engine.num_instances)]
 
     def copy_blocks(self, pairs) -> None:
+        bs, pending = self.config.engine.block_size, self.pending
         for src, _ in pairs:
-            self.sent_tokens[src.inst_id] = self.sent_tokens.get(src.inst_id, 0) + self.config.engine.block_size
+            pending[src.inst_id].sent_tokens += bs
         self.num_moved_blocks += len(pairs)
 
-    def step(self, instance: Instance, co_running: float = 0.0) -> tuple[list[Sequence], StepCost | None,
-                                                                         list[Sequence]]:
-        """Instance.step on this backend: (the batch, its cost (None: no batch ran), the requests that finished).
-        `co_running`: the share of the other instances computing as it starts (EngineCosts.co_run_slowdown)."""
+    def step(self, instance: Instance, co_running: float = 0.0) -> StepOutcome:
+        """Instance.step on this backend. With no batch to run, the step carries only the KV the instance sent since
+        its last step, on the link alone. `co_running`: the share of the other instances computing as it starts
+        (EngineCosts.co_run_slowdown)."""
+        moved_before = self.num_moved_blocks
         seqs, is_prefill = instance.begin_step(self)
         if not seqs:
-            return seqs, None, []
-        cost = self.execute(instance, seqs, is_prefill, co_running)
-        return seqs, cost, instance.end_step(seqs, [0] * len(seqs))
-
-    def transfer(self, inst_id: int) -> StepCost | None:
-        """A step that runs no batch: the KV `inst_id` sent since its last step, on the link alone (None: none)."""
-        tokens = self.sent_tokens.pop(inst_id, 0)
-        return StepCost(self.model.kv_transfer_s(tokens), 0, tokens) if tokens else None
+            pending = self.pending[instance.inst_id]
+            paid, pending.sent_tokens = Pending(sent_tokens=pending.sent_tokens), 0
+            duration_s = self.model.kv_transfer_s(paid.sent_tokens) if paid.sent_tokens else None
+            return StepOutcome(seqs, [], duration_s, 0, paid, self.num_moved_blocks - moved_before)
+        outcome = self.execute(instance, seqs, is_prefill, co_running)
+        outcome.num_moved_blocks = self.num_moved_blocks - moved_before
+        outcome.finished = instance.end_step(seqs, [0] * len(seqs))
+        return outcome
 
     def execute(self, instance: Instance, seqs: list[Sequence], is_prefill: bool,
-                co_running: float = 0.0) -> StepCost:
+                co_running: float = 0.0) -> StepOutcome:
         rm, bs, model, costs = instance.rm, self.config.engine.block_size, self.model, self.costs
         if is_prefill:  # whole prompts
             chunks, decodes = [(seq, 0, seq.num_tokens) for seq in seqs], []
@@ -96,7 +118,7 @@ class SimBackend:
         remote_queries += decode_queries
         if creditors and costs.served_step_s:  # each creditor serving this step: on its next step (its core)
             for inst_id in creditors:           # and on this one's critical path, every layer
-                self.owed_s[inst_id] = self.owed_s.get(inst_id, 0.0) + costs.served_cpu_s
+                self.pending[inst_id].owed_s += costs.served_cpu_s
             remote_wait_s += costs.served_step_s
         load = InstanceLoad(batch_size=len(decodes), attn_kv_tokens=rm.pool.num_used * bs if decodes else 0,
                             num_remote_queries=remote_queries, prefill_tokens=prefill_tokens,
@@ -106,11 +128,10 @@ class SimBackend:
             compute_s *= 1.0 + (costs.co_run_slowdown - 1.0) * co_running
         local_attn_s = model.num_layers * local_pairs * model.prefill_attn_s_per_pair
         compute_s += max(0.0, remote_s - local_attn_s, remote_wait_s)  # waits for the slowest creditor
-        calls = self.peer_calls.pop(rm.inst_id, 0)
-        self.num_peer_calls += calls
-        compute_s += self.owed_s.pop(rm.inst_id, 0.0) + costs.peer_call_s * calls
-        moved_tokens = self.sent_tokens.pop(rm.inst_id, 0)
-        return StepCost(max(compute_s, model.kv_transfer_s(moved_tokens)), num_tokens, moved_tokens)
+        paid, self.pending[rm.inst_id] = self.pending[rm.inst_id], Pending()
+        compute_s += paid.owed_s + costs.peer_call_s * paid.num_peer_calls
+        duration_s = max(compute_s, model.kv_transfer_s(paid.sent_tokens))
+        return StepOutcome(seqs, [], duration_s, num_tokens, paid)
 
     def _prefill_share(self, rm, chunks, serving: set) -> tuple[int, float, float, int]:
         """Prompt tokens, local causal attention pairs, the slowest creditor's share (s) and remote queries of
@@ -129,7 +150,7 @@ class SimBackend:
                     remote_queries += 1
                     serving.add(inst_id)
                     t = model.num_layers * pairs * share / total * model.prefill_attn_s_per_pair
-                    self.owed_s[inst_id] = self.owed_s.get(inst_id, 0.0) + t
+                    self.pending[inst_id].owed_s += t
                     remote_s = max(remote_s, t)
         return prompt_tokens, local_pairs, remote_s, remote_queries
 
@@ -168,5 +189,5 @@ def build_engine(config: SimConfig, backend: SimBackend) -> Engine:
                                              instances_per_node=max(1, 8 // (config.tp * config.pp))))
     engine = Engine(engine_config, backend, perf_model=backend.model)
     if backend.costs.peer_call_s:
-        count_peer_calls(engine.instances, backend.peer_calls)
+        count_peer_calls(engine.instances, backend.pending)
     return engine

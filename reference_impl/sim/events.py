@@ -66,23 +66,20 @@ class Step(Event):
     inst_id: int
 
     def handle(self, sim: Simulator) -> list[Event]:
-        engine, backend = sim.engine, sim.backend
+        engine = sim.engine
         inst = engine.instances[self.inst_id]
-        moved_before = backend.num_moved_blocks
-        seqs, cost, finished = backend.step(inst, sim.co_running(self.inst_id))
-        ran = cost is not None
+        outcome = sim.backend.step(inst, sim.co_running(self.inst_id))
+        ran, is_busy = outcome.ran, outcome.duration_s is not None
         if ran:
-            sim.record_step(self.inst_id, seqs, cost, finished, self.time_s + cost.duration_s)
-        else:
-            cost = backend.transfer(self.inst_id)
-        sim.stepping(self.inst_id, cost is not None, ran)
-        caused = [] if cost is None else [Step(self.time_s + cost.duration_s, self.inst_id)]
-        if cost is None:  # no batch, no KV moved (before the hand-offs below may wake it again)
+            sim.record_step(self.inst_id, outcome, self.time_s + outcome.duration_s)
+        sim.stepping(self.inst_id, is_busy, ran)
+        caused = [Step(self.time_s + outcome.duration_s, self.inst_id)] if is_busy else []
+        if not is_busy:  # no batch, no KV moved (before the hand-offs below may wake it again)
             sim.count_noop_step(self.inst_id, self.time_s)
         target = engine.redispatch(inst)
         if target is not None:
             caused += sim.handed(target, self.time_s)
-        room_freed = finished or backend.num_moved_blocks != moved_before
+        room_freed = outcome.frees_room
         if room_freed or not ran:  # idle instances may take waiting work
             for idle in engine.fill_idle():
                 caused += sim.handed(idle, None if room_freed else self.time_s)

@@ -2,7 +2,8 @@
 round trip to the peer's loop: a reservation, taking reserved blocks, both at once (borrow), a creditor's reclaim
 asks, a look at the peer's tables), counted per caller so that the simulator can charge each a calibrated latency
 on the caller's next step (EngineCosts.peer_call_s). Which calls wait is the Ray engine's RemoteRManager's
-(backends/ray/peers.py, its `ask` calls): the names below. Only installed where that latency is non-zero."""
+(backends/ray/peers.py, its `ask` calls): the names below, kept equal to those by tests/test_sim_peer_calls.py. Only
+installed where that latency is non-zero."""
 
 WAITING_CALLS = frozenset({"try_move_kvcache", "take_reserved", "borrow", "move_kvcache", "num_moving",
                            "set_block", "alloc_for_swap"})
@@ -25,13 +26,13 @@ class _CountedTables:
 
 class CountingPeer:
     """Peer rManager `rm` as instance `caller` sees it: everything as is, its waiting calls counted in
-    `counts[caller]`."""
+    `pending[caller].num_peer_calls` (SimBackend.pending)."""
 
-    def __init__(self, rm, caller: int, counts: dict[int, int]):
-        self._rm, self._caller, self._counts = rm, caller, counts
+    def __init__(self, rm, caller: int, pending: list):
+        self._rm, self._caller, self._pending = rm, caller, pending
 
     def _count(self) -> None:
-        self._counts[self._caller] = self._counts.get(self._caller, 0) + 1
+        self._pending[self._caller].num_peer_calls += 1
 
     def __getattr__(self, name: str):
         value = getattr(self._rm, name)
@@ -46,8 +47,8 @@ class CountingPeer:
         return counted
 
 
-def count_peer_calls(instances, counts: dict[int, int]) -> None:
-    """Give each instance's rManager its own view of the peers, whose waiting calls count in `counts`."""
+def count_peer_calls(instances, pending: list) -> None:
+    """Give each instance's rManager its own view of the peers, whose waiting calls count in `pending`."""
     for inst in instances:
         rm = inst.rm
-        rm.peers = {i: p if i == rm.inst_id else CountingPeer(p, rm.inst_id, counts) for i, p in rm.peers.items()}
+        rm.peers = {i: p if i == rm.inst_id else CountingPeer(p, rm.inst_id, pending) for i, p in rm.peers.items()}

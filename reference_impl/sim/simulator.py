@@ -24,7 +24,7 @@ import itertools
 from reference_impl.memo import Memo
 from reference_impl.sequence import Sequence
 from reference_impl.serving.records import FINISHED, REJECTED, RequestRecord, ServingRun, drain_rank
-from reference_impl.sim.backend import SimBackend, StepCost, build_engine
+from reference_impl.sim.backend import SimBackend, StepOutcome, build_engine
 from reference_impl.sim.config import SimConfig
 from reference_impl.sim.events import MAX_NOOP_STEPS_PER_INSTANT, Arrival, Event, GManagerRound, Handoff, Step
 
@@ -92,7 +92,6 @@ class Simulator:
             if record.status != FINISHED and record.req_id in self.seqs:
                 record.num_preemptions = self.seqs[record.req_id].num_preemptions
         self.result.num_moved_blocks = self.backend.num_moved_blocks
-        self.result.num_peer_calls = self.backend.num_peer_calls
         self.result.idle_waiting_frac = self.idle_waiting_frac()
         self.result.peak_batch_size = max(i.scheduler.peak_running for i in self.engine.instances)
         return self.result
@@ -111,20 +110,20 @@ class Simulator:
             self.seqs[seq.req_id] = seq
             record.inst_id = inst_id
 
-    def record_step(self, inst_id: int, seqs: list[Sequence], cost: StepCost, finished: list[Sequence],
-                    end_s: float) -> None:
-        """A step of `seqs` that ends at `end_s`: its tokens on the timeline, first tokens and the requests that
-        `finished` on their records."""
+    def record_step(self, inst_id: int, outcome: StepOutcome, end_s: float) -> None:
+        """A step that ran a batch and ends at `end_s`: its tokens on the timeline, the peer calls it paid for, first
+        tokens and the requests that finished on their records."""
         result = self.result
         result.step_end_s.append(end_s)
-        result.step_tokens.append(cost.num_tokens)
+        result.step_tokens.append(outcome.num_tokens)
         result.step_inst.append(inst_id)
         result.num_steps += 1
+        result.num_peer_calls += outcome.paid.num_peer_calls
         records = self.records
-        for seq in seqs:
+        for seq in outcome.seqs:
             if len(seq.output_ids) == 1 and records[seq.req_id].first_token_s is None:
                 records[seq.req_id].first_token_s = end_s
-        for seq in finished:
+        for seq in outcome.finished:
             record = records[seq.req_id]
             record.status, record.finish_s, record.num_preemptions = FINISHED, end_s, seq.num_preemptions
             self.pending -= 1
@@ -170,11 +169,11 @@ class Simulator:
     def wake_all(self, time_s: float) -> list[Event]:
         """A step for every instance with work, except those whose step could only hand their first request on
         (Scheduler.waits_for_others): one Handoff event after the steps does that for them."""
-        steps, parked, busy, sent = [], [], self.busy, self.backend.sent_tokens
+        steps, parked, busy, pending = [], [], self.busy, self.backend.pending
         for i, s in self._schedulers:
             if busy[i] or not (s.running or s.waiting):
                 continue
-            if not s.running and s.waits_for_others and not sent.get(i):
+            if not s.running and s.waits_for_others and not pending[i].sent_tokens:
                 parked.append(i)
             else:
                 steps += self.wake(i, time_s)

@@ -1,0 +1,35 @@
+"""The cluster's room as the engine reads it for admission against the pool: each instance's lendable and free
+rBlocks, their sums, and the pooled room of each instance asked since memory last changed."""
+from reference_impl.memo import Changes
+
+
+class ClusterRoom:
+    """Valid while `changes.memory` stands at `memory`; `refresh` brings it up to date, re-reading only the rManagers
+    changed since (`changes.changed_rms`, which it empties)."""
+
+    __slots__ = ("lendable", "free", "total_lendable", "total_free", "pooled", "memory")
+
+    def __init__(self, rmanagers: dict, changes: Changes):
+        self.lendable = [rmanagers[i].num_lendable for i in sorted(rmanagers)]
+        self.free = [rmanagers[i].num_free for i in sorted(rmanagers)]
+        self.total_lendable, self.total_free = sum(self.lendable), sum(self.free)
+        self.pooled: dict[int, int] = {}  # inst_id -> rBlocks it could admit with what creditors lend, read so far
+        changes.changed_rms.clear()
+        self.memory = changes.memory
+
+    def refresh(self, rmanagers: dict, changes: Changes) -> None:
+        for i in changes.changed_rms:
+            rm = rmanagers[i]
+            self.lendable[i], self.free[i] = rm.num_lendable, rm.num_free
+        changes.changed_rms.clear()
+        self.total_lendable, self.total_free = sum(self.lendable), sum(self.free)
+        self.pooled = {}
+        self.memory = changes.memory
+
+    def pooled_room(self, inst) -> int:
+        """rBlocks `inst` could admit now: its own room plus what the other instances may lend."""
+        room = self.pooled.get(inst.inst_id)
+        if room is None:
+            room = self.pooled[inst.inst_id] = inst.rm.num_admissible(
+                True, self.total_lendable - self.lendable[inst.inst_id])
+        return room
