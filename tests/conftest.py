@@ -7,6 +7,10 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Every case simulates its points afresh; the store of finished points (repro/serving/store.py) is tested where a
+# case names one (--param store=...)
+os.environ["REPRO_POINT_STORE"] = "off"
+
 
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():

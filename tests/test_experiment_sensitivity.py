@@ -50,21 +50,19 @@ def test_runs_that_cannot_differ_run_once():
 
 
 def test_a_batch_cap_arm_reads_the_default_caps_point_only_below_both_caps():
-    from repro.experiments.sensitivity import point_unless_cap_bound
+    from repro.experiments.sensitivity import cap_twin_point
     from repro.serving.tasks import PointTask
     from reference_impl.sim.config import sim_engine
     from reference_impl.sim.systems import cluster
-    from workloads import generate
-    requests = tuple(generate(trace_id=0, num_requests=20, rate_per_s=5.0, seed=0))
     base = cluster("llama2-7b", "A100-80GB-SXM", 4, engine=sim_engine(max_batch_size=64))
-    task = PointTask("vllm-m", base, requests, 5.0, "t", 0, steady_only=True)
+    task = PointTask("vllm-m", base, (), 5.0, "t", 0, steady_only=True)
     twin = {"rate_per_s": 5.0, "seed": 0, "peak_batch_size": 63, "steady_output_tok_s": -1.0, "wall_s": 2.0}
-    assert point_unless_cap_bound({"vllm-m": [twin]}, 256, task) == {**twin, "wall_s": 0.0}
+    assert cap_twin_point({"vllm-m": [twin]}, 256, task) == {**twin, "wall_s": 0.0}
     for other in ({**twin, "peak_batch_size": 64}, {**twin, "rate_per_s": 5.5}, {**twin, "seed": 1},
                   {**twin, "peak_batch_size": None}):
-        assert point_unless_cap_bound({"vllm-m": [other]}, 256, task)["steady_output_tok_s"] > 0  # simulated
-    assert point_unless_cap_bound({"vllm-s": [twin]}, 256, task)["steady_output_tok_s"] > 0
-    assert point_unless_cap_bound({"vllm-m": [twin]}, 32, task)["steady_output_tok_s"] > 0  # the default cap binds
+        assert cap_twin_point({"vllm-m": [other]}, 256, task) is None  # simulated
+    assert cap_twin_point({"vllm-s": [twin]}, 256, task) is None
+    assert cap_twin_point({"vllm-m": [twin]}, 32, task) is None  # the default cap binds
 
 
 def test_batch_cap_arms_on_long_requests_are_the_default_run(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 from repro.experiments.sensitivity import climb_seed, reading_rates
 from repro.serving.curves import CurveGroup
 from repro.serving.plateau import max_tput_tok_s, reaches_plateau
+from repro.serving.sweep import in_process
 from reference_impl.sim.config import SimConfig
 
 MEAN_OUTPUT = 10
@@ -17,6 +18,7 @@ MEAN_OUTPUT = 10
 @dataclass(frozen=True)
 class FakeRequest:
     output_len: int = MEAN_OUTPUT
+    prompt_len: int = 1
 
 
 def fake_point(cap_by_seed: dict, task) -> dict:
@@ -42,8 +44,9 @@ def test_reading_rates_are_the_top_two_and_the_highest_point():
 def test_a_later_seed_starts_at_the_first_seeds_reading_and_reaches_its_own_limit(later_cap):
     caps = {0: 100.0, 1: later_cap}
     first, later = group(caps), group(caps)
-    climb_seed([first], None, 0, lambda line: None, None)
-    climb_seed([later], [first], 1, lambda line: None, None)
+    sweep = in_process(lambda line: None)
+    sweep.run(climb_seed(first, None, 0, sweep))
+    sweep.run(climb_seed(later, first, 1, sweep))
     start = reading_rates(first.probe_points["infinite-llm"])
     points = later.probe_points["infinite-llm"]
     assert [p["rate_per_s"] for p in points[:len(start)]] == start

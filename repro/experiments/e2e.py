@@ -4,7 +4,8 @@ Fig 10a: traces 0-2 (short) on LLaMA2-7B instances of one GPU, at two instance c
 Fig 10b: traces 3-8 (long) against vLLM-S; each trace runs on the (model, GPUs) row of distkv-llm Table 2
 whose range it matches (200K: 7B/2, 280K: 13B/4, 600K: 70B/8, 480K: 13B/8, 1200K: 7B/16, 2000K: 7B/32).
 The curve method (measured saturation, rate grid, seeds, steady-state window, plateau) is repro/serving/curves.py's;
-the points run in one process per core (`--param workers=N`). A bigger run: `--param seeds=5
+the points run in one process per core (`--param workers=N`), or on a Ray cluster (`--address`), finished ones
+reused from the store of points (repro/serving/sweep.py). A bigger run: `--param seeds=5
 --param short_requests=3000 --param long_requests=500` (make fig10 FIG10_PARAMS="..."); traces 3-8 place their
 grid from probes of half a point's requests (`--param long_probe_fraction=1`: whole points).
 """
@@ -12,8 +13,9 @@ from functools import partial
 
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.params import LINK_HELP, Param, fraction, int_list, link
-from repro.serving.tasks import default_workers, point_pool, typed, workload
-from repro.serving.curves import LONG_PROBE_FRACTION, CurveGroup, run_curves
+from repro.serving.sweep import open_sweep, sweep_params
+from repro.serving.tasks import typed, workload
+from repro.serving.curves import LONG_PROBE_FRACTION, CurveGroup, curves
 from repro.serving.on_ray import RAY_PARAMS
 from reference_impl.links import DEFAULT_LINK
 from reference_impl.sim.config import sim_engine
@@ -36,7 +38,7 @@ PARAMS = (
           backends=SIM),
     Param("link", link, DEFAULT_LINK, LINK_HELP, backends=SIM),
     Param("source", str, "fitted", "workload lengths", choices=("fitted", "auto"), backends=("sim", "ray")),
-    Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick)", backends=SIM),
+    *sweep_params(backends=SIM),
     *RAY_PARAMS,
     *(Param(k, str, None, h, backends=("vllm",)) for k, h in (
         ("num_requests", "requests per trace"), ("instances", "engines per system"),
@@ -97,8 +99,8 @@ def run(params, log) -> dict:
         return run_real(params, log)
     link, source = params.extra["link"], params.extra["source"]
     todo = curve_groups(params, sizes(params), link=link, source=source)
-    with point_pool(default_workers(params)) as pool:
-        out = run_curves(todo, seeds_of(params), log, pool)
+    with open_sweep(params, log, "e2e") as sweep:
+        out = sweep.run(curves(todo, seeds_of(params), sweep))
     return {"gpu": GPU, "link": link, "source": source, "groups": out}
 
 

@@ -10,8 +10,9 @@ from functools import partial
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result
 from repro.experiments.params import LINK_HELP, Param, fraction, int_list, link
-from repro.serving.tasks import default_workers, point_pool, typed, workload
-from repro.serving.curves import LONG_PROBE_FRACTION, CurveGroup, run_curves
+from repro.serving.sweep import open_sweep, sweep_params
+from repro.serving.tasks import typed, workload
+from repro.serving.curves import LONG_PROBE_FRACTION, CurveGroup, curves
 from reference_impl.links import DEFAULT_LINK
 from reference_impl.sim.config import sim_engine
 from reference_impl.sim.systems import cluster
@@ -27,7 +28,7 @@ PARAMS = (
     Param("datasets", int_list, None, "only these dataset ids (default 1-18; 1 with --quick)"),
     Param("link", link, DEFAULT_LINK, LINK_HELP),
     Param("source", str, "fitted", "workload lengths", choices=("fitted", "auto")),
-    Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick)"),
+    *sweep_params(),
     Param("probe_fraction", fraction, LONG_PROBE_FRACTION,
           "share of a point's requests (a prefix) the saturation probes serve; 1: the whole point"),
 )
@@ -54,8 +55,8 @@ def run(params, log) -> dict:
                                f"dataset {dataset_id} {model} {row.num_gpus} GPUs",
                                probe_fraction=params.extra["probe_fraction"]))
     seeds = tuple(params.seed + i for i in range(max(1, params.extra["seeds"])))
-    with point_pool(default_workers(params)) as pool:
-        groups = run_curves(todo, seeds, log, pool)
+    with open_sweep(params, log, "e2e-datasets") as sweep:
+        groups = sweep.run(curves(todo, seeds, sweep))
     return {"gpu": GPU, "link": link, "source": source, "groups": groups}
 
 

@@ -28,6 +28,7 @@ class Param:
     help: str = ""
     choices: tuple[str, ...] = ()
     backends: tuple[str, ...] = ()  # backends it applies to; () = all of the experiment's
+    in_run_id: bool = True  # False: where the run keeps its work (e.g. a store), not what it computes
 
     @property
     def kind(self) -> str:
@@ -142,7 +143,8 @@ def parse_params(experiment: str, declared: tuple[Param, ...], raw: dict, backen
 def overrides(declared: tuple[Param, ...], raw: dict, typed: dict) -> dict:
     """The given params whose value differs from the declared default: what makes a run other than the default."""
     defaults = {p.name: p.default for p in declared}
-    return {key: typed[key] for key in raw if typed[key] != defaults.get(key)}
+    apart = {p.name for p in declared if not p.in_run_id}
+    return {key: typed[key] for key in raw if typed[key] != defaults.get(key) and key not in apart}
 
 
 def fingerprint(values: dict) -> str:

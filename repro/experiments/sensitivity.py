@@ -29,6 +29,7 @@ Runs that cannot differ run once: the default arms of the six inputs are one con
 peer-call arm; and a batch-cap arm reads the default cap's point at the same rate and seed wherever that run's
 batch stayed below both caps (on long-request groups memory binds long before the cap), and simulates the rest.
 """
+import asyncio
 import dataclasses
 from functools import partial
 
@@ -38,9 +39,10 @@ from repro.experiments.base import ClaimRow, Experiment, RunParams, default_run_
 from repro.experiments.e2e import GPU, PAPER, curve_groups, sizes
 from repro.experiments.figures import main_result
 from repro.experiments.params import Param, int_list
-from repro.serving.tasks import PointTask, default_workers, point_pool, run_point, run_tasks, typed
-from repro.serving.curves import CurveGroup, find_saturation, probe_requests
-from repro.serving.plateau import Climb, extend_to_plateau, max_tput_tok_s, reaches_plateau
+from repro.serving.sweep import open_sweep, sweep_params
+from repro.serving.tasks import PointTask, run_point, typed
+from repro.serving.curves import CurveGroup, find_saturation, probe_spec
+from repro.serving.plateau import Climb, climbs_to_plateau, max_tput_tok_s, reaches_plateau
 from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.errors import InputError
 from reference_impl.links import DEFAULT_LINK, INTER_NODE, INTRA_NODE
@@ -72,7 +74,7 @@ PARAMS = (
     Param("short_requests", int, None, "requests per probe, traces 0-2 (1000; 60 with --quick)"),
     Param("long_requests", int, None, "requests per probe, traces 3-8 (200; 8 with --quick)"),
     Param("seeds", int, None, "seeds per probe (3; 1 with --quick)"),
-    Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick)"),
+    *sweep_params(),
 )
 
 
@@ -145,16 +147,16 @@ def cap_twins(arms: list[tuple]) -> dict[int, int]:
             if a[0] == "max_batch_size" and a[1] != DEFAULTS[a[0]] and id(a[3]) in default}
 
 
-def point_unless_cap_bound(twin_points: dict, twin_cap: int, task: PointTask) -> dict:
-    """run_point under a batch cap, or the default cap's point at the same rate and seed when neither cap could
-    have bound in it: its running batch stayed below both (peak_batch_size), and a cap is read only as `running <
-    cap`, so the run is the same run, step for step (its wall_s is 0: not simulated again)."""
+def cap_twin_point(twin_points: dict, twin_cap: int, task: PointTask) -> dict | None:
+    """The default cap's point at the same rate and seed when neither cap could have bound in it (else None: run
+    it): its running batch stayed below both (peak_batch_size), and a cap is read only as `running < cap`, so the
+    run is the same run, step for step (its wall_s is 0: not simulated again)."""
     bound = min(task.base.engine.max_batch_size, twin_cap)
     for p in twin_points.get(task.system, ()):
         if (p["rate_per_s"] == task.rate_per_s and p["seed"] == task.seed and p.get("peak_batch_size") is not None
                 and p["peak_batch_size"] < bound):
             return {**p, "wall_s": 0.0}
-    return run_point(task.system, task.base, task.requests, task.rate_per_s, task.seed, steady_only=task.steady_only)
+    return None
 
 
 def run(params, log) -> dict:
@@ -173,24 +175,10 @@ def run(params, log) -> dict:
         arms += [(inp, value, label, g, arm_group(g, inp, value)) for value, label in ARMS[inp] for g in base_groups]
     seeds = tuple(params.seed + i for i in range(size["seeds"]))
     owner = owners([a[4] for a in arms])
+    with open_sweep(params, log, "sensitivity") as sweep:
+        climbed = sweep.run(climb_arms(arms, owner, cap_twins(arms), seeds, sweep))
+    per_seed = [[{s: climbed[o][k] for s, o in own.items()} for own in owner] for k in range(len(seeds))]
     twins = cap_twins(arms)
-    climbing = [i for i, own in enumerate(owner) if i in own.values()]
-    with point_pool(default_workers(params)) as pool:
-        per_seed, first = [], None
-        for seed in seeds:
-            fresh = {i: dataclasses.replace(arms[i][4], systems=tuple(s for s, o in owner[i].items() if o == i),
-                                            saturation_per_s={}, probe_points={}, info=dict(arms[i][4].info))
-                     for i in climbing}
-            capped = [i for i in climbing if i in twins]
-            for batch in ([i for i in climbing if i not in twins], capped):
-                if batch is capped:  # after the default caps' climbs: their points are known
-                    for i in capped:
-                        twin = {s: fresh[owner[twins[i]][s]].probe_points[s] for s in fresh[i].systems}
-                        fresh[i].runner = partial(point_unless_cap_bound, twin, arms[twins[i]][4].base.engine.max_batch_size)
-                if batch:
-                    climb_seed([fresh[i] for i in batch], first and [first[i] for i in batch], seed, log, pool)
-            first = first or fresh
-            per_seed.append([{s: fresh[o] for s, o in own.items()} for own in owner])
     copied = sum(p["wall_s"] == 0.0 for i in twins for groups in per_seed for s, g in groups[i].items()
                  for p in g.probe_points.get(s, []))
     if twins:
@@ -204,25 +192,47 @@ def run(params, log) -> dict:
     return {"gpu": GPU, "seeds": list(seeds), "rows": rows, "notes": []}
 
 
-def climb_seed(groups: list[CurveGroup], first: list[CurveGroup] | None, seed: int, log, pool) -> None:
-    """One seed's climbs: each group's systems probed to past saturation (the first seed; `first` None) or served
-    at the first seed's reading rates (`first`: the first seed's groups, in the same order), then extended to the
-    plateau. Fills each group's probe_points (every point of the climb) and info["_probe_points"] (the first
-    seed's probes alone)."""
+async def climb_arms(arms: list[tuple], owner: list[dict], twins: dict, seeds, sweep) -> dict[int, list[CurveGroup]]:
+    """Each climbing arm's groups, one per seed (arm index -> groups), all arms at once: an arm's later seed as
+    soon as its first is done, a batch-cap arm's seed as soon as the default cap's climb of that seed is done (its
+    points answer those of the capped arm's that no cap could have bound)."""
+    climbing = [i for i, own in enumerate(owner) if i in own.values()]
+    done = {(i, k): asyncio.get_running_loop().create_future() for i in climbing for k in range(len(seeds))}
+
+    async def arm(i: int) -> list[CurveGroup]:
+        out = []
+        for k, seed in enumerate(seeds):
+            g = dataclasses.replace(arms[i][4], systems=tuple(s for s, o in owner[i].items() if o == i),
+                                    saturation_per_s={}, probe_points={}, info=dict(arms[i][4].info))
+            if i in twins:
+                twin = {s: (await done[(owner[twins[i]][s], k)]).probe_points[s] for s in g.systems}
+                g.answer = partial(cap_twin_point, twin, arms[twins[i]][4].base.engine.max_batch_size)
+            await climb_seed(g, out[0] if out else None, seed, sweep)
+            done[(i, k)].set_result(g)
+            out.append(g)
+        return out
+
+    return dict(zip(climbing, await asyncio.gather(*(arm(i) for i in climbing))))
+
+
+async def climb_seed(g: CurveGroup, first: CurveGroup | None, seed: int, sweep) -> None:
+    """One seed's climb of one arm's group: its systems probed to past saturation (the first seed; `first` None) or
+    served at the first seed's reading rates (`first`: the first seed's group), then extended to the plateau.
+    Fills the group's probe_points (every point of the climb) and info["_probe_points"] (the first seed's probes
+    alone)."""
     if first is None:
-        find_saturation(groups, seed, log, pool)
+        await find_saturation(g, seed, sweep)
     else:
-        serve_reading_rates(groups, first, seed, log, pool)
-    probes = [{s: list(g.probe_points.get(s, [])) for s in g.systems} for g in groups]
-    extend_to_plateau([Climb(g.probe_points[s], partial(_probe_tasks, g, s, seed))
-                       for g in groups for s in g.systems if s in g.probe_points], log, pool)
-    for g, before in zip(groups, probes):
-        g.info["_probe_points"] = before if first is None else {}
+        await serve_reading_rates(g, first, seed, sweep)
+    before = {s: list(g.probe_points.get(s, [])) for s in g.systems}
+    await climbs_to_plateau([Climb(g.probe_points[s], partial(_probe_tasks, g, s, seed))
+                             for s in g.systems if s in g.probe_points], sweep)
+    g.info["_probe_points"] = before if first is None else {}
 
 
 def _probe_tasks(g: CurveGroup, system: str, seed: int, rate_per_s: float, label: str = "plateau") -> list[PointTask]:
-    return [PointTask(system, g.base, probe_requests(g, rate_per_s, seed), rate_per_s, f"{g.label} {label}", seed,
-                      g.runner, steady_only=True)]
+    return [PointTask(system, g.base, probe_spec(g, rate_per_s, seed), rate_per_s, f"{g.label} {label}", seed,
+                      g.runner, steady_only=True, answer=g.answer)]
 
 
 def reading_rates(points: list[dict]) -> list[float]:
@@ -232,13 +242,12 @@ def reading_rates(points: list[dict]) -> list[float]:
     return sorted(set(top_two) | {best})
 
 
-def serve_reading_rates(groups: list[CurveGroup], first: list[CurveGroup], seed: int, log, pool) -> None:
+async def serve_reading_rates(g: CurveGroup, first: CurveGroup, seed: int, sweep) -> None:
     """A later seed's start (in place of find_saturation): each system serves the rates at which the first seed's
-    climb read its plateau (reading_rates), all groups in one pool round; the plateau rule then goes on from there."""
-    pairs = [(g, s, rate) for g, g0 in zip(groups, first) for s in g.systems if s in g0.probe_points
-             for rate in reading_rates(g0.probe_points[s])]
-    tasks = [_probe_tasks(g, s, seed, rate, "seed-0 rates")[0] for g, s, rate in pairs]
-    for (g, s, _), point in zip(pairs, run_tasks(tasks, log, pool)):
+    climb read its plateau (reading_rates); the plateau rule then goes on from there."""
+    pairs = [(s, rate) for s in g.systems if s in first.probe_points for rate in reading_rates(first.probe_points[s])]
+    points = await sweep.points([_probe_tasks(g, s, seed, rate, "seed-0 rates")[0] for s, rate in pairs])
+    for (s, _), point in zip(pairs, points):
         g.probe_points.setdefault(s, []).append(point)
 
 

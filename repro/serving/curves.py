@@ -19,14 +19,19 @@
    output rate of its curve. The group's ratio is taken per seed; its median is `max_tput_ratio`, its min and
    max the spread. `grid_max_tput_ratio` is the same read off the grid alone (the method before the plateau
    rule, on the same points), so a result says how far the extension moved the ratio.
+
+Each step waits only for the points it reads (coroutines over the run's sweep, repro/serving/sweep.py): a system's
+next probe for its last, a group's grid for its saturations, a system's climb for its own grid points; groups
+and systems proceed together.
 """
+import asyncio
 from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
 
-from repro.serving.tasks import PointTask, nominal_rate_per_s, run_tasks
-from repro.serving.plateau import Climb, extend_to_plateau, max_tput_tok_s, plateau_record
+from repro.serving.tasks import PointTask, RequestSpec, nominal_rate_per_s
+from repro.serving.plateau import Climb, climb_to_plateau, max_tput_tok_s, plateau_record
 from reference_impl.sim.config import SimConfig
 
 KEEPS_UP = 0.8
@@ -50,6 +55,7 @@ class CurveGroup:
     systems: tuple[str, ...]
     label: str
     runner: object = None  # PointTask.runner for every point of the group (None: run_point)
+    answer: object = None  # PointTask.answer for every point of the group (None: each point runs)
     probe_fraction: float = 1.0  # share of a point's requests (a prefix) its probes serve
     start_rate_per_s: float | None = None  # the first probe's rate (None: the cost model's estimate; inf: a burst)
     saturation_per_s: dict = field(default_factory=dict)
@@ -61,39 +67,46 @@ def saturation_rate_per_s(point: dict, mean_output: float) -> float:
     return point["steady_output_tok_s"] / mean_output
 
 
-def find_saturation(groups: list[CurveGroup], seed: int, log, pool) -> None:
-    """Fill each group's saturation_per_s by probing all groups' systems together (one pool round per probe)."""
-    pending = []
-    for g in groups:
-        requests = probe_requests(g, 1.0, seed)
-        g.info["_mean_output"] = float(np.mean([r.output_len for r in requests]))
-        start = g.start_rate_per_s or nominal_rate_per_s(g.base, requests)
-        pending += [(g, s, start) for s in g.systems]
-    grown, refined = {}, set()  # (group, system) -> probes grown so far; those refined once
-    while pending:
-        tasks = [PointTask(s, g.base, probe_requests(g, rate, seed), rate, f"{g.label} probe", seed, g.runner,
-                           steady_only=True) for g, s, rate in pending]
-        retry = []
-        for (g, s, rate), p in zip(pending, run_tasks(tasks, log, pool)):
-            key = (id(g), s)
-            g.probe_points.setdefault(s, []).append(p)
-            sustained = saturation_rate_per_s(p, g.info["_mean_output"])
-            g.saturation_per_s[s] = max(sustained, g.saturation_per_s.get(s, 0.0))
-            if key in refined:
-                continue
-            if sustained >= KEEPS_UP * rate and grown.get(key, 0) < MAX_PROBES - 1:
-                grown[key] = grown.get(key, 0) + 1
-                retry.append((g, s, rate * PROBE_GROWTH))
-            elif sustained > 0:
-                refined.add(key)
-                retry.append((g, s, REFINE * sustained))
-        pending = retry
+async def find_saturation(g: CurveGroup, seed: int, sweep) -> None:
+    """Fill `g.saturation_per_s` and `g.probe_points`: each system's probes (probe_chain), the systems at once."""
+    requests = probe_requests(g, 1.0, seed)
+    g.info["_mean_output"] = float(np.mean([r.output_len for r in requests]))
+    start = g.start_rate_per_s or nominal_rate_per_s(g.base, requests)
+    chains = await asyncio.gather(*(probe_chain(g, s, start, seed, sweep) for s in g.systems))
+    for s, points in zip(g.systems, chains):
+        g.probe_points.setdefault(s, []).extend(points)
+        sustained = (saturation_rate_per_s(p, g.info["_mean_output"]) for p in points)
+        g.saturation_per_s[s] = max(g.saturation_per_s.get(s, 0.0), *sustained)
+
+
+async def probe_chain(g: CurveGroup, system: str, rate_per_s: float, seed: int, sweep) -> list[dict]:
+    """One system's probes from `rate_per_s`: a probe that keeps up is retried at PROBE_GROWTH times the rate (at
+    most MAX_PROBES - 1 times), one that does not once at REFINE times what it sustained."""
+    points, grown, refined = [], 0, False
+    while True:
+        p = await sweep.point(PointTask(system, g.base, probe_spec(g, rate_per_s, seed), rate_per_s,
+                                        f"{g.label} probe", seed, g.runner, steady_only=True, answer=g.answer))
+        points.append(p)
+        sustained = saturation_rate_per_s(p, g.info["_mean_output"])
+        if refined:
+            return points
+        if sustained >= KEEPS_UP * rate_per_s and grown < MAX_PROBES - 1:
+            grown += 1
+            rate_per_s *= PROBE_GROWTH
+        elif sustained > 0:
+            refined = True
+            rate_per_s = REFINE * sustained
+        else:
+            return points
+
+
+def probe_spec(g: CurveGroup, rate_per_s: float, seed: int) -> RequestSpec:
+    """A probe serves the first `g.probe_fraction` of the point's requests (a prefix of the same arrivals)."""
+    return RequestSpec(g.make_requests, rate_per_s, seed, g.probe_fraction, MIN_PROBE_REQUESTS)
 
 
 def probe_requests(g: CurveGroup, rate_per_s: float, seed: int) -> tuple:
-    """A probe serves the first `g.probe_fraction` of the point's requests (a prefix of the same arrivals)."""
-    requests = g.make_requests(rate_per_s, seed)
-    return tuple(requests[:max(MIN_PROBE_REQUESTS, int(g.probe_fraction * len(requests)))])
+    return probe_spec(g, rate_per_s, seed).build()
 
 
 def rate_grid(saturation_per_s: dict) -> list[float]:
@@ -104,29 +117,42 @@ def rate_grid(saturation_per_s: dict) -> list[float]:
     return sorted({float(f"{r:.4g}") for r in rates if r > 0})
 
 
-def run_curves(groups: list[CurveGroup], seeds: tuple[int, ...], log, pool) -> list[dict]:
+def run_curves(groups: list[CurveGroup], seeds: tuple[int, ...], log, sweep=None) -> list[dict]:
     """The group records (serving.schema.json `group`) of `groups`, each with every system at every rate and
-    seed; saturation is searched on the first seed."""
-    find_saturation(groups, seeds[0], log, pool)
-    tasks, counts = [], []
-    for g in groups:
-        g.rates_per_s = rate_grid(g.saturation_per_s)
-        log(f"{g.label}: saturation {_fmt(g.saturation_per_s)} req/s; rates {g.rates_per_s}")
-        group_tasks = [PointTask(s, g.base, tuple(g.make_requests(rate, seed)), rate, g.label, seed, g.runner)
-                       for seed in seeds for rate in g.rates_per_s for s in g.systems]
-        tasks += group_tasks
-        counts.append(len(group_tasks))
-    points = iter(run_tasks(tasks, log, pool))
-    per_group = [[next(points) for _ in range(n)] for n in counts]
-    climbs = [{s: Climb([p for p in own if p["system"] == s], partial(_seed_tasks, g, s, seeds)) for s in g.systems}
-              for g, own in zip(groups, per_group)]
-    extend_to_plateau([c for by_system in climbs for c in by_system.values()], log, pool)
-    return [group_record(g, own, seeds, by_system) for g, own, by_system in zip(groups, per_group, climbs)]
+    seed; saturation is searched on the first seed. `sweep` (repro/serving/sweep.py; None: this process) runs the
+    points, all groups at once."""
+    from repro.serving.sweep import in_process
+    sweep = sweep or in_process(log)
+    return sweep.run(curves(groups, seeds, sweep))
+
+
+async def curves(groups: list[CurveGroup], seeds: tuple[int, ...], sweep) -> list[dict]:
+    return list(await asyncio.gather(*(curve(g, seeds, sweep) for g in groups)))
+
+
+async def curve(g: CurveGroup, seeds: tuple[int, ...], sweep) -> dict:
+    """One group's record: its saturation search, then its grid (submitted at once), then each system's climb to
+    its plateau as soon as that system's grid points are done."""
+    await find_saturation(g, seeds[0], sweep)
+    g.rates_per_s = rate_grid(g.saturation_per_s)
+    sweep.log(f"{g.label}: saturation {_fmt(g.saturation_per_s)} req/s; rates {g.rates_per_s}")
+    tasks = [PointTask(s, g.base, RequestSpec(g.make_requests, rate, seed), rate, g.label, seed, g.runner,
+                       answer=g.answer) for seed in seeds for rate in g.rates_per_s for s in g.systems]
+    grid = [asyncio.ensure_future(sweep.point(t)) for t in tasks]
+
+    async def climb(system: str) -> Climb:
+        own = [await f for t, f in zip(tasks, grid) if t.system == system]
+        c = Climb(own, partial(_seed_tasks, g, system, seeds))
+        await climb_to_plateau(c, sweep)
+        return c
+
+    climbs = dict(zip(g.systems, await asyncio.gather(*(climb(s) for s in g.systems))))
+    return group_record(g, [f.result() for f in grid], seeds, climbs)
 
 
 def _seed_tasks(g: CurveGroup, system: str, seeds, rate_per_s: float) -> list[PointTask]:
-    return [PointTask(system, g.base, tuple(g.make_requests(rate_per_s, seed)), rate_per_s, f"{g.label} plateau",
-                      seed, g.runner) for seed in seeds]
+    return [PointTask(system, g.base, RequestSpec(g.make_requests, rate_per_s, seed), rate_per_s,
+                      f"{g.label} plateau", seed, g.runner, answer=g.answer) for seed in seeds]
 
 
 def _fmt(rates: dict) -> str:

@@ -9,11 +9,10 @@ saturation a queue builds and the batch keeps filling towards its memory or batc
 a grid that stops just past saturation under-reads each system by its own amount; doubling the rate until two
 agree reads both at their limit.
 """
+import asyncio
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from repro.serving.tasks import run_tasks
 
 PLATEAU_TOL = 0.05
 PLATEAU_GROWTH = 2.0
@@ -60,21 +59,26 @@ class Climb:
         return max(p["rate_per_s"] for p in self.points)
 
 
-def extend_to_plateau(climbs: list[Climb], log, pool=None, max_extensions: int = MAX_EXTENSIONS) -> None:
-    """Extend every climb whose curve has not reached its plateau (module docstring), all climbs' further
-    rates in one pool round per extension, at most `max_extensions` times."""
+def extend_to_plateau(climbs: list[Climb], log, sweep=None, max_extensions: int = MAX_EXTENSIONS) -> None:
+    """Extend every climb whose curve has not reached its plateau (module docstring), all at once, each at most
+    `max_extensions` times; `sweep` (repro/serving/sweep.py; None: this process) runs the points."""
+    from repro.serving.sweep import in_process
+    sweep = sweep or in_process(log)
+    sweep.run(climbs_to_plateau(climbs, sweep, max_extensions))
+
+
+async def climbs_to_plateau(climbs: list[Climb], sweep, max_extensions: int = MAX_EXTENSIONS) -> None:
+    await asyncio.gather(*(climb_to_plateau(c, sweep, max_extensions) for c in climbs))
+
+
+async def climb_to_plateau(c: Climb, sweep, max_extensions: int = MAX_EXTENSIONS) -> None:
+    """One climb: its next rate as soon as its own points say it has not reached its plateau."""
     for _ in range(max_extensions):
-        todo = [c for c in climbs if not reaches_plateau(c.points)
-                and any(p["steady_output_tok_s"] > 0 for p in c.points)]
-        if not todo:
+        if reaches_plateau(c.points) or not any(p["steady_output_tok_s"] > 0 for p in c.points):
             return
-        pairs = []
-        for c in todo:
-            rate = float(f"{c.top_rate_per_s * PLATEAU_GROWTH:.4g}")
-            c.added_rates_per_s.append(rate)
-            pairs += [(c, task) for task in c.make_tasks(rate)]
-        for (c, _), point in zip(pairs, run_tasks([t for _, t in pairs], log, pool)):
-            c.points.append(point)
+        rate = float(f"{c.top_rate_per_s * PLATEAU_GROWTH:.4g}")
+        c.added_rates_per_s.append(rate)
+        c.points += await sweep.points(c.make_tasks(rate))
 
 
 def plateau_record(points: list[dict], added_rates_per_s: list) -> dict:

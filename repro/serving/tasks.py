@@ -1,12 +1,10 @@
-"""Shared by the serving experiments (e2e, e2e-datasets, sensitivity): one simulated point, the process pool
-that runs many, and the parameters they share. The curve method (saturation search, rate grid, seeds, plateau)
+"""Shared by the serving experiments (e2e, e2e-datasets, sensitivity): one simulated point, what a point to run
+is (PointTask, its requests made where it runs: RequestSpec), and the parameters they share. Where points run and
+which are already done: repro/serving/sweep.py. The curve method (saturation search, rate grid, seeds, plateau)
 is in curves.py; the summary and point record are reference_impl/serving/'s, for every backend."""
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
 from dataclasses import dataclass
-from multiprocessing import get_context
 
 import numpy as np
 
@@ -15,7 +13,6 @@ from reference_impl.serving.points import ServingPoint
 from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
 from reference_impl.sim.simulator import simulate
 from reference_impl.sim.systems import system_config
-from repro.progress import live_bar
 from workloads import generate
 from workloads.generate import SourceOptions
 
@@ -54,66 +51,79 @@ def run_point(system: str, base: SimConfig, requests, rate_per_s: float, seed: i
 
 
 @dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """A point's requests, made where the point runs: the first max(`min_count`, `fraction` of them) of
+    `make(rate_per_s, seed)` (a picklable callable; a probe serves a prefix of a point's requests)."""
+    make: object
+    rate_per_s: float
+    seed: int
+    fraction: float = 1.0
+    min_count: int = 0
+
+    def build(self) -> tuple:
+        requests = self.make(self.rate_per_s, self.seed)
+        return tuple(requests[:max(self.min_count, int(self.fraction * len(requests)))])
+
+
+def requests_of(requests) -> tuple:
+    """A task's requests: built from a RequestSpec, or the tuple given."""
+    return requests.build() if isinstance(requests, RequestSpec) else tuple(requests)
+
+
+@dataclass(frozen=True, slots=True)
 class PointTask:
-    """One simulated point to run: a system on a cluster, the requests, and the label its log line carries.
-    `runner` (a picklable callable taking the task) replaces run_point, e.g. for a calibration variant.
-    `steady_only`: only the point's steady-state rate is read (a probe), so a simulation may stop at the end of
-    that window (run_point)."""
+    """One simulated point to run: a system on a cluster, its requests (a RequestSpec, or a tuple), and the label
+    its log line carries. `runner` (a picklable callable taking the task, its requests built) replaces run_point,
+    e.g. for a calibration variant. `steady_only`: only the point's steady-state rate is read (a probe), so a
+    simulation may stop at the end of that window (run_point). `answer` (called where the run is driven, before
+    the point is run): the point from points already known, or None to run it."""
     system: str
     base: SimConfig
-    requests: tuple
+    requests: object
     rate_per_s: float
     label: str
     seed: int = 0
     runner: object = None
     steady_only: bool = False
-
-    @property
-    def cost(self) -> float:
-        """A rough cost for scheduling the longest points first: simulated steps grow with tokens."""
-        return float(sum(r.prompt_len + 4 * r.output_len for r in self.requests))
+    answer: object = None
 
 
-def _run_task(task: PointTask) -> dict:
+def request_cost(requests) -> float:
+    """A rough cost for handing out the longest points first: simulated steps grow with tokens."""
+    return float(sum(r.prompt_len + 4 * r.output_len for r in requests))
+
+
+def run_job(job: tuple) -> dict:
+    """Where a point runs: (task, sha256 of its requests or None) -> its point; the requests are built here and
+    checked against the driver's hash (a node with other code or data fails the point instead of its numbers)."""
+    from dataclasses import replace
+
+    from repro.serving.keys import requests_sha256
+    task, want_sha = job
+    requests = requests_of(task.requests)
+    if want_sha is not None and requests_sha256(requests) != want_sha:
+        raise RuntimeError(f"{task.label} {task.system} rate {task.rate_per_s}: requests built here differ from "
+                           f"the driver's (other code or data on this node?)")
+    task = replace(task, requests=requests)
     if task.runner is not None:
         return task.runner(task)
     return run_point(task.system, task.base, task.requests, task.rate_per_s, task.seed, steady_only=task.steady_only)
 
 
-def _log_point(log, task: PointTask, p: dict) -> None:
+def log_point(log, task: PointTask, p: dict, where: str | None = None) -> None:
+    """One line per point; `where` in place of its wall time when it was not run for this line."""
+    where = where or f"{p['wall_s']:.1f} s"
     log(f"  {task.label} {task.system:<13} seed {task.seed} rate {task.rate_per_s:9.4g}/s  "
         f"{p['steady_output_tok_s']:9.1f} steady out tok/s  finished {p['num_finished']}/{p['num_requests']}"
-        f"{' by the window end' if task.steady_only else ''}  ({p['wall_s']:.1f} s)")
+        f"{' by the window end' if task.steady_only else ''}  ({where})")
 
 
-@contextmanager
-def point_pool(workers: int):
-    """A process pool for run_tasks (None for one worker: the points run in this process)."""
-    if workers <= 1:
-        yield None
-        return
-    # spawn, not fork: the parent has torch (and its thread pools) loaded
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        yield pool
-
-
-def run_tasks(tasks: list[PointTask], log, pool=None) -> list[dict]:
-    """The points of `tasks`, in order; in `pool` (point_pool) when given, longest first. Each point is a
-    deterministic simulation, so the numbers do not depend on the pool (only wall_s differs). A bar on
-    stderr counts the points done (repro/progress.py)."""
-    out = [None] * len(tasks)
-    with live_bar(desc="simulated points", total=len(tasks), unit="point") as bar:
-        if pool is None:
-            done = ((i, _run_task(task)) for i, task in enumerate(tasks))
-        else:
-            order = sorted(range(len(tasks)), key=lambda i: -tasks[i].cost)
-            futures = {pool.submit(_run_task, tasks[i]): i for i in order}
-            done = ((futures[f], f.result()) for f in as_completed(futures))  # logged as they finish
-        for i, point in done:
-            out[i] = point
-            _log_point(log, tasks[i], point)
-            bar.update(1)
-    return out
+def run_tasks(tasks: list[PointTask], log, sweep=None) -> list[dict]:
+    """The points of `tasks`, in order, run by `sweep` (repro/serving/sweep.py; None: in this process, no store).
+    Each point is a deterministic simulation, so the numbers do not depend on where it ran (only wall_s)."""
+    from repro.serving.sweep import in_process
+    sweep = sweep or in_process(log)
+    return sweep.run(sweep.points(tasks))
 
 
 def typed(name: str, declared: tuple, params):
@@ -126,7 +136,8 @@ def typed(name: str, declared: tuple, params):
 
 
 def default_workers(params) -> int:
-    """Processes for the simulated points: one per core for full runs, one for --quick (tests run those)."""
+    """Processes for the simulated points (or CPUs of a private Ray): one per core for full runs, one for --quick
+    (tests run those)."""
     workers = params.extra.get("workers")
     if workers is not None:
         return max(1, int(workers))

@@ -1,0 +1,168 @@
+"""The driver of a run's simulated points: each curve search awaits its own points and submits the next ones as
+soon as those are done, so independent groups, systems and seeds proceed together (no barrier between phases).
+
+    with open_sweep(params, log, "e2e") as sweep:
+        groups = sweep.run(curves(todo, seeds, sweep))      # coroutines awaiting sweep.point(task)
+
+`Sweep.point(task)`: the same future when this run already has the same key (run or running), the stored point
+when the store has it (repro/serving/store.py), else the task queued here and handed to the executor
+(repro/serving/executors.py) longest first whenever a slot frees; its point stored when done. One bar counts the
+points known so far.
+"""
+import asyncio
+import heapq
+import itertools
+from contextlib import contextmanager
+from dataclasses import replace
+
+from repro.experiments.params import Param
+from repro.progress import live_bar
+from repro.serving.executors import InProcess, make_executor
+from repro.serving.keys import Unkeyable, point_fields, point_key, requests_sha256
+from repro.serving.store import open_store
+from repro.serving.tasks import RequestSpec, default_workers, log_point, request_cost, requests_of, run_job
+
+SWEEP_PARAMS = (
+    Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick); with --address "
+          "local: the CPUs of that Ray"),
+    Param("store", str, None, "folder of finished points reused across runs (default $REPRO_POINT_STORE, else "
+          "results/.points); off: none", in_run_id=False),
+)
+
+
+def sweep_params(backends: tuple[str, ...] = ()) -> tuple[Param, ...]:
+    """SWEEP_PARAMS for an experiment's `backends` (where it runs simulated points)."""
+    return tuple(replace(p, backends=backends) for p in SWEEP_PARAMS)
+
+
+class Sweep:
+    def __init__(self, executor, store, log, bar=None):
+        self.executor, self.store, self.log, self.bar = executor, store, log, bar
+        self.counts = {"run": 0, "stored": 0, "shared": 0}
+        self._spec_info = {}  # RequestSpec -> (sha256, cost): each spec's requests built once on this side
+        self._loop = None
+
+    def run(self, coro):
+        """Run `coro` (awaiting this sweep's points) to its end, under a bar of its own unless the sweep has one."""
+        if self.bar is not None:
+            return asyncio.run(coro)
+        with live_bar(desc="simulated points", total=0, unit="point") as self.bar:
+            try:
+                return asyncio.run(coro)
+            finally:
+                self.bar = None
+
+    async def points(self, tasks) -> list[dict]:
+        return list(await asyncio.gather(*(self.point(t) for t in tasks)))
+
+    async def point(self, task) -> dict:
+        self._bind()
+        if task.answer is not None:
+            known = task.answer(task)
+            if known is not None:
+                self._known(1)
+                self._done(task, known, "known")
+                return known
+            task = replace(task, answer=None)
+        sha, cost = self._requests_info(task.requests)
+        try:
+            fields = point_fields(task, sha)
+            key = point_key(fields)
+        except Unkeyable:
+            fields = key = None
+        self._known(1)
+        if key is not None and key in self._by_key:  # the same point, run or running in this sweep
+            self.counts["shared"] += 1
+            point = await asyncio.shield(self._by_key[key])
+            self._done(task, point, "shared")
+            return point
+        stored = self.store.get(key) if self.store is not None and key is not None else None
+        if stored is not None:
+            self.counts["stored"] += 1
+            self._done(task, stored, "from the store")
+            return stored
+        future = self._loop.create_future()
+        if key is not None:
+            self._by_key[key] = future
+        heapq.heappush(self._queue, (-cost, next(self._order), task, sha, key, fields, future))
+        self._dispatch()
+        return await future
+
+    def _bind(self):
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # a new sweep.run: nothing of the last one is pending
+            self._loop, self._queue, self._by_key = loop, [], {}
+            self._in_flight, self._order = 0, itertools.count()
+
+    def _requests_info(self, requests) -> tuple[str, float]:
+        if not isinstance(requests, RequestSpec):
+            built = requests_of(requests)
+            return requests_sha256(built), request_cost(built)
+        if requests not in self._spec_info:
+            built = requests.build()
+            self._spec_info[requests] = (requests_sha256(built), request_cost(built))
+        return self._spec_info[requests]
+
+    def _dispatch(self):
+        while self._queue and self._in_flight < self.executor.slots:
+            _, _, task, sha, key, fields, future = heapq.heappop(self._queue)
+            self._in_flight += 1
+            loop = self._loop
+            done = self.executor.submit(run_job, (task, sha))
+
+            def finished(done, task=task, key=key, fields=fields, future=future):
+                try:
+                    loop.call_soon_threadsafe(self._finished, done, task, key, fields, future)
+                except RuntimeError:  # the run ended (another point failed): nothing waits for this one
+                    pass
+
+            done.add_done_callback(finished)
+
+    def _finished(self, done, task, key, fields, future):
+        self._in_flight -= 1
+        try:
+            point = done.result()
+        except BaseException as exc:  # noqa: BLE001 - raised where the point is awaited
+            self._by_key.pop(key, None)
+            if not future.done():
+                future.set_exception(exc)
+        else:
+            self.counts["run"] += 1
+            if self.store is not None and key is not None:
+                self.store.put(key, fields, point)
+            self._done(task, point)
+            if not future.done():
+                future.set_result(point)
+        self._dispatch()
+
+    def _known(self, n: int):
+        if self.bar is not None:
+            self.bar.total = (self.bar.total or 0) + n
+            self.bar.refresh()
+
+    def _done(self, task, point, where: str | None = None):
+        log_point(self.log, task, point, where)
+        if self.bar is not None:
+            self.bar.update(1)
+
+
+def in_process(log) -> Sweep:
+    """Points run here one at a time, no store, no bar (tests, and runners that must run in this process)."""
+    return Sweep(InProcess(), None, log)
+
+
+@contextmanager
+def open_sweep(params, log, desc: str):
+    """The run's sweep: its executor (Ray with --address, else a local pool of `--param workers`), its store
+    (`--param store`) and one bar of its points."""
+    executor = make_executor(params.address, default_workers(params))
+    store = open_store(params.extra.get("store"))
+    log(f"{desc}: points on {executor.name}; store {store.folder if store else 'off'}")
+    try:
+        with live_bar(desc=f"{desc} points", total=0, unit="point") as bar:
+            sweep = Sweep(executor, store, log, bar)
+            yield sweep
+        log(f"{desc}: {sweep.counts['run']} points run, {sweep.counts['stored']} from the store, "
+            f"{sweep.counts['shared']} shared with a running one")
+    finally:
+        executor.close()
