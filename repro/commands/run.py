@@ -59,7 +59,10 @@ class RunCommand(click.Command):
 @click.option("--backend", type=click.Choice(BACKENDS), default="sim", show_default=True)
 @click.option("--quick", is_flag=True, help="A small version of the experiment (seconds, for tests).")
 @seed_option
-@click.option("--address", default=None, help="Ray cluster address (with --backend ray); 'local' starts one.")
+@click.option("--address", default=None,
+              help="Ray cluster address (HOST:PORT, auto: $RAY_ADDRESS or the cluster started here); 'local' starts "
+                   "a private one. With --backend ray the engine runs there; with --backend sim the simulated points "
+                   "do (docs/figures.md).")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Experiment-specific option (see --list-params); a non-default value is a new run.")
 @click.option("--run-id", default=None, help="Name of this run (default: from backend, size, seed and non-default "
@@ -73,12 +76,16 @@ def run(name, backend, quick, seed, address, params, run_id, results_dir, force)
     from repro.experiments.registry import get_experiment
     from repro.progress import progress_log
     from repro.results import run_and_save
+    from repro.serving.sweep import sweeps_points
 
     if name is None:
         raise click.UsageError("give --experiment NAME (or --list-params NAME)")
-    if address is not None and backend != "ray":
-        raise click.BadParameter(f"only with --backend ray (got --backend {backend})", param_hint="--address")
     exp = get_experiment(name)
+    if address is not None and backend != "ray" and not (backend == "sim" and sweeps_points(exp)):
+        points = ", ".join(n for n in sorted(EXPERIMENTS) if sweeps_points(get_experiment(n)))
+        raise click.BadParameter(f"only with --backend ray, or --backend sim for an experiment whose simulated points "
+                                 f"run on a cluster ({points}); got --backend {backend} with {name}",
+                                 param_hint="--address")
     run_params = RunParams(quick=quick, backend=backend, seed=seed, address=address, extra=parse_params(params))
     with exit_on_failed_requests(), progress_log(name, echo=click.echo) as log:  # Ray points: an instance died
         path, ran = run_and_save(exp, run_params, results_dir, force=force, run_id=run_id, log=log)

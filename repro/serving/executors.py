@@ -64,10 +64,10 @@ class RayCluster:
 
     def __init__(self, address: str, workers: int):
         import ray
+        self._ray = ray
         self._started = connect(address, workers)
         self._slots, self._read_at = 1, -SLOTS_REFRESH_S
         self.name = f"Ray at {address} ({self.slots} CPUs)"
-        self._ray = ray
 
     @property
     def slots(self) -> int:

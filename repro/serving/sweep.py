@@ -30,6 +30,11 @@ SWEEP_PARAMS = (
 )
 
 
+def sweeps_points(experiment) -> bool:
+    """Whether `experiment` runs its simulated points through a sweep (it takes SWEEP_PARAMS)."""
+    return any(p.name == SWEEP_PARAMS[-1].name for p in experiment.params)
+
+
 def sweep_params(backends: tuple[str, ...] = ()) -> tuple[Param, ...]:
     """SWEEP_PARAMS for an experiment's `backends` (where it runs simulated points)."""
     return tuple(replace(p, backends=backends) for p in SWEEP_PARAMS)
@@ -41,6 +46,11 @@ class Sweep:
         self.counts = {"run": 0, "stored": 0, "shared": 0}
         self._spec_info = {}  # RequestSpec -> (sha256, cost): each spec's requests built once on this side
         self._loop = None
+
+    @property
+    def in_flight(self) -> int:
+        """Points handed to the executor and not yet back."""
+        return getattr(self, "_in_flight", 0)
 
     def run(self, coro):
         """Run `coro` (awaiting this sweep's points) to its end, under a bar of its own unless the sweep has one."""
