@@ -206,13 +206,14 @@ async def climb_arms(arms: list[tuple], owner: list[dict], twins: dict, seeds, s
                                     saturation_per_s={}, probe_points={}, info=dict(arms[i][4].info))
             if i in twins:
                 twin = {s: (await done[(owner[twins[i]][s], k)]).probe_points[s] for s in g.systems}
+                sweep.after([p for points in twin.values() for p in points])
                 g.answer = partial(cap_twin_point, twin, arms[twins[i]][4].base.engine.max_batch_size)
             await climb_seed(g, out[0] if out else None, seed, sweep)
             done[(i, k)].set_result(g)
             out.append(g)
         return out
 
-    return dict(zip(climbing, await asyncio.gather(*(arm(i) for i in climbing))))
+    return dict(zip(climbing, await sweep.gather(*(arm(i) for i in climbing))))
 
 
 async def climb_seed(g: CurveGroup, first: CurveGroup | None, seed: int, sweep) -> None:

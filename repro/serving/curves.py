@@ -24,7 +24,6 @@ Each step waits only for the points it reads (coroutines over the run's sweep, r
 next probe for its last, a group's grid for its saturations, a system's climb for its own grid points; groups
 and systems proceed together.
 """
-import asyncio
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -72,7 +71,7 @@ async def find_saturation(g: CurveGroup, seed: int, sweep) -> None:
     requests = probe_requests(g, 1.0, seed)
     g.info["_mean_output"] = float(np.mean([r.output_len for r in requests]))
     start = g.start_rate_per_s or nominal_rate_per_s(g.base, requests)
-    chains = await asyncio.gather(*(probe_chain(g, s, start, seed, sweep) for s in g.systems))
+    chains = await sweep.gather(*(probe_chain(g, s, start, seed, sweep) for s in g.systems))
     for s, points in zip(g.systems, chains):
         g.probe_points.setdefault(s, []).extend(points)
         sustained = (saturation_rate_per_s(p, g.info["_mean_output"]) for p in points)
@@ -127,7 +126,7 @@ def run_curves(groups: list[CurveGroup], seeds: tuple[int, ...], log, sweep=None
 
 
 async def curves(groups: list[CurveGroup], seeds: tuple[int, ...], sweep) -> list[dict]:
-    return list(await asyncio.gather(*(curve(g, seeds, sweep) for g in groups)))
+    return await sweep.gather(*(curve(g, seeds, sweep) for g in groups))
 
 
 async def curve(g: CurveGroup, seeds: tuple[int, ...], sweep) -> dict:
@@ -138,16 +137,19 @@ async def curve(g: CurveGroup, seeds: tuple[int, ...], sweep) -> dict:
     sweep.log(f"{g.label}: saturation {_fmt(g.saturation_per_s)} req/s; rates {g.rates_per_s}")
     tasks = [PointTask(s, g.base, RequestSpec(g.make_requests, rate, seed), rate, g.label, seed, g.runner,
                        answer=g.answer) for seed in seeds for rate in g.rates_per_s for s in g.systems]
-    grid = [asyncio.ensure_future(sweep.point(t)) for t in tasks]
+    grid = [None] * len(tasks)
 
     async def climb(system: str) -> Climb:
-        own = [await f for t, f in zip(tasks, grid) if t.system == system]
-        c = Climb(own, partial(_seed_tasks, g, system, seeds))
+        mine = [i for i, t in enumerate(tasks) if t.system == system]
+        own = await sweep.points([tasks[i] for i in mine])
+        for i, p in zip(mine, own):
+            grid[i] = p
+        c = Climb(list(own), partial(_seed_tasks, g, system, seeds))
         await climb_to_plateau(c, sweep)
         return c
 
-    climbs = dict(zip(g.systems, await asyncio.gather(*(climb(s) for s in g.systems))))
-    return group_record(g, [f.result() for f in grid], seeds, climbs)
+    climbs = dict(zip(g.systems, await sweep.gather(*(climb(s) for s in g.systems))))  # the whole grid at once
+    return group_record(g, grid, seeds, climbs)
 
 
 def _seed_tasks(g: CurveGroup, system: str, seeds, rate_per_s: float) -> list[PointTask]:

@@ -9,7 +9,6 @@ saturation a queue builds and the batch keeps filling towards its memory or batc
 a grid that stops just past saturation under-reads each system by its own amount; doubling the rate until two
 agree reads both at their limit.
 """
-import asyncio
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,7 +67,7 @@ def extend_to_plateau(climbs: list[Climb], log, sweep=None, max_extensions: int 
 
 
 async def climbs_to_plateau(climbs: list[Climb], sweep, max_extensions: int = MAX_EXTENSIONS) -> None:
-    await asyncio.gather(*(climb_to_plateau(c, sweep, max_extensions) for c in climbs))
+    await sweep.gather(*(climb_to_plateau(c, sweep, max_extensions) for c in climbs))
 
 
 async def climb_to_plateau(c: Climb, sweep, max_extensions: int = MAX_EXTENSIONS) -> None:

@@ -21,25 +21,31 @@ OFF = "off"
 
 
 @dataclass(frozen=True, slots=True)
+class Stored:
+    point: dict
+    cpu_s: float  # CPU seconds the point took where it ran
+
+
+@dataclass(frozen=True, slots=True)
 class PointStore:
     folder: Path
 
     def path(self, key: str) -> Path:
         return self.folder / key[:2] / f"{key}.json"
 
-    def get(self, key: str) -> dict | None:
+    def get(self, key: str) -> Stored | None:
         """The stored point of `key`, or None (missing, or an entry that cannot be trusted)."""
         try:
             entry = json.loads(self.path(key).read_text())
             point = entry["point"]
             if entry["key"] != key or entry["point_sha256"] != sha256_text(canonical(point)):
                 return None
+            return Stored(point, float(entry["cpu_s"])) if isinstance(point, dict) else None
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        return point if isinstance(point, dict) else None
 
-    def put(self, key: str, fields: dict, point: dict) -> None:
-        write_json_atomic(self.path(key), {"key": key, "fields": fields, "point": point,
+    def put(self, key: str, fields: dict, point: dict, cpu_s: float) -> None:
+        write_json_atomic(self.path(key), {"key": key, "fields": fields, "point": point, "cpu_s": cpu_s,
                                            "point_sha256": sha256_text(canonical(point))})
 
 

@@ -6,25 +6,31 @@ soon as those are done, so independent groups, systems and seeds proceed togethe
 
 `Sweep.point(task)`: the same future when this run already has the same key (run or running), the stored point
 when the store has it (repro/serving/store.py), else the task queued here and handed to the executor
-(repro/serving/executors.py) longest first whenever a slot frees; its point stored when done. One bar counts the
-points known so far.
+(repro/serving/executors.py) longest first whenever a slot frees; its point stored when done. Coroutines that wait
+on several others use `sweep.gather`, so the run's task graph (repro/serving/task_graph.py) knows what each point
+waited for. One bar counts the points known so far.
 """
 import asyncio
 import heapq
 import itertools
+import json
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 
 from repro.experiments.params import Param
 from repro.progress import live_bar
 from repro.serving.executors import InProcess, make_executor
 from repro.serving.keys import Unkeyable, point_fields, point_key, requests_sha256
 from repro.serving.store import open_store
+from repro.serving.task_graph import TaskGraph
 from repro.serving.tasks import RequestSpec, default_workers, log_point, request_cost, requests_of, run_job
 
 SWEEP_PARAMS = (
     Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick); with --address "
           "local: the CPUs of that Ray"),
+    Param("graph", str, None, "write the run's task graph (each point's CPU seconds and the points it waited for) "
+          "to this JSON file", in_run_id=False),
     Param("store", str, None, "folder of finished points reused across runs (default $REPRO_POINT_STORE, else "
           "results/.points); off: none", in_run_id=False),
 )
@@ -41,16 +47,17 @@ def sweep_params(backends: tuple[str, ...] = ()) -> tuple[Param, ...]:
 
 
 class Sweep:
-    def __init__(self, executor, store, log, bar=None):
+    def __init__(self, executor, store, log, bar=None, experiment: str = ""):
         self.executor, self.store, self.log, self.bar = executor, store, log, bar
+        self.graph = TaskGraph(experiment)
         self.counts = {"run": 0, "stored": 0, "shared": 0}
         self._spec_info = {}  # RequestSpec -> (sha256, cost): each spec's requests built once on this side
-        self._loop = None
+        self._loop, self._in_flight = None, 0
 
     @property
     def in_flight(self) -> int:
         """Points handed to the executor and not yet back."""
-        return getattr(self, "_in_flight", 0)
+        return self._in_flight
 
     def run(self, coro):
         """Run `coro` (awaiting this sweep's points) to its end, under a bar of its own unless the sweep has one."""
@@ -62,17 +69,22 @@ class Sweep:
             finally:
                 self.bar = None
 
+    async def gather(self, *coros) -> list:
+        return await self.graph.gather(*coros)
+
+    def after(self, points) -> None:
+        self.graph.after(points)
+
     async def points(self, tasks) -> list[dict]:
-        return list(await asyncio.gather(*(self.point(t) for t in tasks)))
+        return await self.gather(*(self.point(t) for t in tasks))
 
     async def point(self, task) -> dict:
         self._bind()
+        self._known(1)
         if task.answer is not None:
             known = task.answer(task)
             if known is not None:
-                self._known(1)
-                self._done(task, known, "known")
-                return known
+                return self._done(self.graph.add(task, "known"), task, known, 0.0, "known")
             task = replace(task, answer=None)
         sha, cost = self._requests_info(task.requests)
         try:
@@ -80,29 +92,28 @@ class Sweep:
             key = point_key(fields)
         except Unkeyable:
             fields = key = None
-        self._known(1)
         if key is not None and key in self._by_key:  # the same point, run or running in this sweep
             self.counts["shared"] += 1
-            point = await asyncio.shield(self._by_key[key])
-            self._done(task, point, "shared")
-            return point
+            node = self.graph.add(task, "shared")
+            point, _ = await asyncio.shield(self._by_key[key])
+            return self._done(node, task, point, 0.0, "shared")
         stored = self.store.get(key) if self.store is not None and key is not None else None
         if stored is not None:
             self.counts["stored"] += 1
-            self._done(task, stored, "from the store")
-            return stored
+            return self._done(self.graph.add(task, "stored"), task, stored.point, stored.cpu_s, "from the store")
+        node = self.graph.add(task, "run")
         future = self._loop.create_future()
         if key is not None:
             self._by_key[key] = future
         heapq.heappush(self._queue, (-cost, next(self._order), task, sha, key, fields, future))
         self._dispatch()
-        return await future
+        point, cpu_s = await future
+        return self._done(node, task, point, cpu_s)
 
     def _bind(self):
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # a new sweep.run: nothing of the last one is pending
-            self._loop, self._queue, self._by_key = loop, [], {}
-            self._in_flight, self._order = 0, itertools.count()
+            self._loop, self._queue, self._by_key, self._order = loop, [], {}, itertools.count()
 
     def _requests_info(self, requests) -> tuple[str, float]:
         if not isinstance(requests, RequestSpec):
@@ -120,18 +131,18 @@ class Sweep:
             loop = self._loop
             done = self.executor.submit(run_job, (task, sha))
 
-            def finished(done, task=task, key=key, fields=fields, future=future):
+            def finished(done, key=key, fields=fields, future=future):
                 try:
-                    loop.call_soon_threadsafe(self._finished, done, task, key, fields, future)
+                    loop.call_soon_threadsafe(self._finished, done, key, fields, future)
                 except RuntimeError:  # the run ended (another point failed): nothing waits for this one
                     pass
 
             done.add_done_callback(finished)
 
-    def _finished(self, done, task, key, fields, future):
+    def _finished(self, done, key, fields, future):
         self._in_flight -= 1
         try:
-            point = done.result()
+            ran = done.result()
         except BaseException as exc:  # noqa: BLE001 - raised where the point is awaited
             self._by_key.pop(key, None)
             if not future.done():
@@ -139,10 +150,9 @@ class Sweep:
         else:
             self.counts["run"] += 1
             if self.store is not None and key is not None:
-                self.store.put(key, fields, point)
-            self._done(task, point)
+                self.store.put(key, fields, ran["point"], ran["cpu_s"])
             if not future.done():
-                future.set_result(point)
+                future.set_result((ran["point"], ran["cpu_s"]))
         self._dispatch()
 
     def _known(self, n: int):
@@ -150,29 +160,33 @@ class Sweep:
             self.bar.total = (self.bar.total or 0) + n
             self.bar.refresh()
 
-    def _done(self, task, point, where: str | None = None):
+    def _done(self, node, task, point: dict, cpu_s: float, where: str | None = None) -> dict:
+        self.graph.done(node, point, cpu_s)
         log_point(self.log, task, point, where)
         if self.bar is not None:
             self.bar.update(1)
+        return point
 
 
 def in_process(log) -> Sweep:
-    """Points run here one at a time, no store, no bar (tests, and runners that must run in this process)."""
+    """Points run here one at a time, no store, a bar per sweep.run (tests, and runners that must run here)."""
     return Sweep(InProcess(), None, log)
 
 
 @contextmanager
 def open_sweep(params, log, desc: str):
     """The run's sweep: its executor (Ray with --address, else a local pool of `--param workers`), its store
-    (`--param store`) and one bar of its points."""
+    (`--param store`), one bar of its points, and its task graph written where `--param graph` says."""
     executor = make_executor(params.address, default_workers(params))
     store = open_store(params.extra.get("store"))
     log(f"{desc}: points on {executor.name}; store {store.folder if store else 'off'}")
     try:
         with live_bar(desc=f"{desc} points", total=0, unit="point") as bar:
-            sweep = Sweep(executor, store, log, bar)
+            sweep = Sweep(executor, store, log, bar, experiment=desc)
             yield sweep
         log(f"{desc}: {sweep.counts['run']} points run, {sweep.counts['stored']} from the store, "
             f"{sweep.counts['shared']} shared with a running one")
+        if params.extra.get("graph"):
+            Path(params.extra["graph"]).write_text(json.dumps(sweep.graph.to_json()) + "\n")
     finally:
         executor.close()

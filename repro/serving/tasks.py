@@ -94,11 +94,13 @@ def request_cost(requests) -> float:
 
 
 def run_job(job: tuple) -> dict:
-    """Where a point runs: (task, sha256 of its requests or None) -> its point; the requests are built here and
-    checked against the driver's hash (a node with other code or data fails the point instead of its numbers)."""
+    """Where a point runs: (task, sha256 of its requests or None) -> {"point", "cpu_s": this process's CPU seconds
+    for it}; the requests are built here and checked against the driver's hash (a node with other code or data
+    fails the point instead of its numbers)."""
     from dataclasses import replace
 
     from repro.serving.keys import requests_sha256
+    start = time.process_time()
     task, want_sha = job
     requests = requests_of(task.requests)
     if want_sha is not None and requests_sha256(requests) != want_sha:
@@ -106,8 +108,11 @@ def run_job(job: tuple) -> dict:
                            f"the driver's (other code or data on this node?)")
     task = replace(task, requests=requests)
     if task.runner is not None:
-        return task.runner(task)
-    return run_point(task.system, task.base, task.requests, task.rate_per_s, task.seed, steady_only=task.steady_only)
+        point = task.runner(task)
+    else:
+        point = run_point(task.system, task.base, task.requests, task.rate_per_s, task.seed,
+                          steady_only=task.steady_only)
+    return {"point": point, "cpu_s": time.process_time() - start}
 
 
 def log_point(log, task: PointTask, p: dict, where: str | None = None) -> None:
