@@ -15,7 +15,7 @@ BENCH_ARGS ?= --benchmark-timer=time.process_time --benchmark-columns=min,median
 BENCH_JSON ?= .benchmarks/make-test.json
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: setup test test-gpu validate-gpu check-attention bench-attention bench bless bless-speed clean
+.PHONY: setup test test-gpu validate-gpu check-attention bench-attention bench-sweep bench bless bless-speed clean
 
 setup: $(STAMP)
 
@@ -60,6 +60,11 @@ check-attention: $(STAMP)
 
 bench-attention: $(STAMP)
 	$(BIN)/repro bench attention --out results/bench/attention.json
+
+# Simulated points on Ray against the local pool, and the quick figure set's task graph on 16/64/256 cores
+# (a few minutes; docs/figures.md)
+bench-sweep: $(STAMP)
+	$(BIN)/repro bench sweep --out results/bench/sweep.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info

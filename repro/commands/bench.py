@@ -12,6 +12,9 @@ BENCHMARKS = {
     "ray": ("repro.commands.bench_ray:bench_ray",
             "tok/s of 1, 2, ... instances with the same requests per instance on Ray, beside N independent "
             "engines, and where a step's time goes: control phase, compute, waiting for partners, messaging."),
+    "sweep": ("repro.commands.bench_sweep:bench_sweep",
+              "Per-point overhead of simulated points on Ray against the local pool (1 and 2 workers), and the quick "
+              "figure set's task graph scheduled on 16, 64 and 256 cores."),
 }
 
 
