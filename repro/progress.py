@@ -3,6 +3,7 @@
     for case in progress(cases, desc="attention check", unit="case"): ...
     with live_bar(desc="points", total=n, unit="point") as bar: ...; say(bar, "a row"); bar.update()
     with progress_log("e2e") as log: experiment.run(params, log)   # each log line printed, the bar ticks
+    with log.taken(desc="e2e points", unit="point") as bar: ...    # meanwhile the run's one bar counts points
 
 Shown when stderr is a terminal; REPRO_PROGRESS=1 forces it on (e.g. in CI logs), 0 off. Output of the command
 itself stays on stdout, so a bar never mixes into JSON.
@@ -64,13 +65,46 @@ def say(bar: tqdm, message: str, echo=print) -> None:
         bar.write(str(message), file=sys.stdout)
 
 
-@contextmanager
-def progress_log(desc: str, echo=print) -> Iterator:
-    """A `log(message)` callable for long runs: prints each message above a bar that counts them and shows the
-    elapsed time, redrawn every REFRESH_S so a quiet minute still shows the command is alive."""
-    with live_bar(desc=desc, unit="step") as bar:
-        def log(message: str) -> None:
-            say(bar, message, echo)
-            bar.update(1)
+class BarLog:
+    """`log(message)`: the message printed above `bar`, which counts messages unless a caller has taken it."""
 
-        yield log
+    def __init__(self, bar: tqdm, echo=print):
+        self.bar, self.echo, self._taken = bar, echo, False
+
+    def __call__(self, message: str) -> None:
+        say(self.bar, message, self.echo)
+        if not self._taken:
+            self.bar.update(1)
+
+    @contextmanager
+    def taken(self, *, desc: str, unit: str) -> Iterator[tqdm]:
+        """The same bar, counting what the caller counts (from 0, total 0: `.total` grows as work becomes known)
+        instead of messages; the messages' count and label come back after."""
+        bar = self.bar
+        self._taken = True
+        if bar.disable:
+            try:
+                yield bar
+            finally:
+                self._taken = False
+            return
+        before = (bar.desc, bar.unit, bar.n, bar.total, bar.start_t)
+        bar.reset(total=0)
+        bar.set_description_str(desc, refresh=False)
+        bar.unit = unit
+        try:
+            yield bar
+        finally:
+            bar.refresh()  # the last count drawn
+            desc0, unit0, n0, total0, start0 = before
+            bar.set_description_str(desc0, refresh=False)
+            bar.unit, bar.n, bar.total, bar.start_t, self._taken = unit0, n0, total0, start0, False
+            bar.refresh()
+
+
+@contextmanager
+def progress_log(desc: str, echo=print) -> Iterator[BarLog]:
+    """A `log(message)` callable for long runs (BarLog): prints each message above a bar that counts them and shows
+    the elapsed time, redrawn every REFRESH_S so a quiet minute still shows the command is alive."""
+    with live_bar(desc=desc, unit="step") as bar:
+        yield BarLog(bar, echo)

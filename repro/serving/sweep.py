@@ -181,7 +181,8 @@ def open_sweep(params, log, desc: str):
     store = open_store(params.extra.get("store"))
     log(f"{desc}: points on {executor.name}; store {store.folder if store else 'off'}")
     try:
-        with live_bar(desc=f"{desc} points", total=0, unit="point") as bar:
+        take = getattr(log, "taken", None)  # the run's one bar (repro run's progress_log), else one of its own
+        with (take or live_bar)(desc=f"{desc} points", unit="point") as bar:
             sweep = Sweep(executor, store, log, bar, experiment=desc)
             yield sweep
         log(f"{desc}: {sweep.counts['run']} points run, {sweep.counts['stored']} from the store, "
