@@ -104,6 +104,9 @@ RUN_FLAGS ?= --force
 FIG10_PARAMS ?=
 FIG8_PARAMS ?=
 SENSITIVITY_PARAMS ?=
+# ADDRESS=HOST:PORT (or auto): fig10, fig8-distkv and sensitivity run their simulated points on that Ray cluster
+ADDRESS ?=
+ON_CLUSTER := $(if $(ADDRESS),--address $(ADDRESS))
 .PHONY: fig7 fig9 fig10 fig8-distkv sensitivity
 
 fig7: $(STAMP)
@@ -117,12 +120,12 @@ fig9: $(STAMP)
 	$(BIN)/repro report
 
 fig10: $(STAMP)
-	$(BIN)/repro run --experiment e2e $(RUN_FLAGS) $(FIG10_PARAMS)
+	$(BIN)/repro run --experiment e2e $(RUN_FLAGS) $(ON_CLUSTER) $(FIG10_PARAMS)
 	$(BIN)/repro plot --experiment e2e
 	$(BIN)/repro report
 
 fig8-distkv: $(STAMP)
-	$(BIN)/repro run --experiment e2e-datasets $(RUN_FLAGS) $(FIG8_PARAMS)
+	$(BIN)/repro run --experiment e2e-datasets $(RUN_FLAGS) $(ON_CLUSTER) $(FIG8_PARAMS)
 	$(BIN)/repro plot --experiment e2e-datasets
 	$(BIN)/repro report
 
@@ -130,7 +133,7 @@ fig8-distkv: $(STAMP)
 # chunked prefill and a peer call's latency (repro/experiments/sensitivity.py); about 29 min on 2 cores at load 2 with the plateau rule (3
 # seeds; SENSITIVITY_PARAMS="--param seeds=1" about two fifths)
 sensitivity: $(STAMP)
-	$(BIN)/repro run --experiment sensitivity $(RUN_FLAGS) $(SENSITIVITY_PARAMS)
+	$(BIN)/repro run --experiment sensitivity $(RUN_FLAGS) $(ON_CLUSTER) $(SENSITIVITY_PARAMS)
 	$(BIN)/repro plot --experiment sensitivity
 	$(BIN)/repro report
 
