@@ -156,7 +156,7 @@ def test_try_move_refused_when_the_destination_fills_then_retried_next_round():
     from reference_impl.device_time import DeviceTimeModel
 
     config = EngineConfig(2, 24, block_size=4, gmanager_interval_steps=0, dgfm=False)
-    engine = RayEngine(config, DeviceTimeModel(0.1, MODEL), gmanager_config=GManagerConfig(block_size=4, beta_thres=2))
+    engine = RayEngine(config, DeviceTimeModel(0.1, MODEL), gmanager_config=GManagerConfig(beta_thres=2))
     try:
         long_prompt, shorts, queued = list(range(1, 89)), [[5, 6], [7], [8, 9], [3]], [[9] * 8] * 3
         seqs = [Sequence(0, long_prompt, 24)] + [Sequence(1 + i, p, 24) for i, p in enumerate(shorts)]

@@ -38,6 +38,8 @@ class RayEngine:
 
     def __init__(self, config: EngineConfig, model: LlamaModel, ray_config: RayConfig = RayConfig(), *,
                  gmanager_config: GManagerConfig | None = None, perf_model=None):
+        """gmanager_config: the gManager's knobs in place of `config.gmanager`; perf_model: the cost model its
+        Algorithm 1 reads."""
         if config.chunked_prefill_tokens is not None:
             raise InputError(CHUNKED_SIM_ONLY)
         self.config = config
@@ -69,7 +71,7 @@ class RayEngine:
             num_cpus=rc.cpus_per_instance, num_gpus=rc.gpus_per_instance,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
         ).remote(i, model_ref, config, device, rc.gmanager_interval_s / 2) for i in range(config.num_instances)}
-        gm_config = gmanager_config or GManagerConfig(block_size=config.block_size)
+        gm_config = config if gmanager_config is None else replace(config, gmanager=gmanager_config)
         interval_s = rc.gmanager_interval_s if config.pooling and config.gmanager_interval_steps else 0.0
         self.gm_actor = GManagerActor.options(max_restarts=-1, num_cpus=0).remote(
             gm_config, perf_model, self.actors, interval_s, config.dgfm, config.seed)

@@ -21,7 +21,8 @@ DELIVERY_TIMEOUT_S = 5.0  # a dead instance never acknowledges; failover is the 
 @ray.remote(max_concurrency=4)
 class GManagerActor:
     def __init__(self, config, perf_model, instances: dict, interval_s: float, use_dgfm: bool, seed: int):
-        """instances: inst_id -> instance actor handle; interval_s: seconds between rounds (0: on request only)."""
+        """config: the engine's EngineConfig (the gManager reads its block size, roles rule and `gmanager` knobs);
+        instances: inst_id -> instance actor handle; interval_s: seconds between rounds (0: on request only)."""
         self.boot_id = os.urandom(8).hex()
         self.gm = GManager(config, perf_model)
         self.instances = dict(instances)

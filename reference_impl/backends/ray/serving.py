@@ -20,7 +20,7 @@ from reference_impl.engine import EngineConfig
 from reference_impl.errors import RequestsFailed
 from reference_impl.model import LlamaModel
 from reference_impl.serving.records import FAILED, ServingRun
-from reference_impl.sim.config import SimConfig
+from reference_impl.sim.config import SimConfig, sim_engine
 from reference_impl.sim.systems import system_config
 
 PUBLISH_S = 0.02  # a loop publishes its counters at its next control phase: this long covers a step
@@ -31,7 +31,8 @@ def engine_config(system: str, num_instances: int, blocks_per_instance: int, blo
     """The engine config of `system` on `num_instances` instances of `blocks_per_instance` rBlocks each: the
     simulator's policy decides the instances and the pooling, and the cluster's rBlocks are shared among the
     instances it keeps (vLLM-S: one instance holds them all)."""
-    policy = system_config(system, SimConfig(num_instances=num_instances, block_size=block_size, seed=seed))
+    base = SimConfig(engine=sim_engine(num_instances=num_instances, block_size=block_size, seed=seed))
+    policy = system_config(system, base).engine
     blocks = num_instances * blocks_per_instance // policy.num_instances
     batch = {} if max_batch_size is None else {"max_batch_size": max_batch_size}  # None: the engine's default
     return EngineConfig(policy.num_instances, blocks, block_size=block_size, pooling=policy.pooling, seed=seed,
