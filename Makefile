@@ -104,7 +104,8 @@ RUN_FLAGS ?= --force
 FIG10_PARAMS ?=
 FIG8_PARAMS ?=
 SENSITIVITY_PARAMS ?=
-# ADDRESS=HOST:PORT (or auto): fig10, fig8-distkv and sensitivity run their simulated points on that Ray cluster
+# ADDRESS=HOST:PORT (or auto): fig9, fig10, fig8-distkv, sensitivity and fig10-distkv run their simulated points
+# on that Ray cluster
 ADDRESS ?=
 ON_CLUSTER := $(if $(ADDRESS),--address $(ADDRESS))
 .PHONY: fig7 fig9 fig10 fig8-distkv sensitivity
@@ -115,7 +116,7 @@ fig7: $(STAMP)
 	$(BIN)/repro report
 
 fig9: $(STAMP)
-	$(BIN)/repro run --experiment context-length $(RUN_FLAGS)
+	$(BIN)/repro run --experiment context-length $(RUN_FLAGS) $(ON_CLUSTER)
 	$(BIN)/repro plot --experiment context-length
 	$(BIN)/repro report
 
@@ -166,7 +167,7 @@ fig9-distkv: $(STAMP)
 	$(BIN)/repro plot --experiment migration
 
 fig10-distkv: $(STAMP)
-	$(BIN)/repro run --experiment dgfm $(RUN_FLAGS)
+	$(BIN)/repro run --experiment dgfm $(RUN_FLAGS) $(ON_CLUSTER)
 	$(BIN)/repro plot --experiment dgfm
 
 fig11-distkv: fig11

@@ -146,19 +146,23 @@ def test_a_damaged_entry_is_recomputed_and_replaced(tmp_path):
     assert not list(tmp_path.rglob("*.tmp"))  # every write went through a rename
 
 
+class Interrupted(Exception):
+    pass
+
+
 def test_an_interrupted_run_resumes_with_the_same_result(tmp_path, monkeypatch):
     from repro.serving import tasks
     reference = _run("e2e", {**SMALL, "store": "off"})
     real, calls = tasks.run_point, []
 
-    def dies_after_ten(*args, **kwargs):
+    def dies_after_ten(*args, **kwargs):  # the run stops at its eleventh point (as a killed run would)
         calls.append(1)
         if len(calls) > 10:
-            raise KeyboardInterrupt
+            raise Interrupted
         return real(*args, **kwargs)
 
     monkeypatch.setattr(tasks, "run_point", dies_after_ten)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Interrupted):
         _run("e2e", {**SMALL, "store": str(tmp_path)})
     monkeypatch.setattr(tasks, "run_point", real)
     assert len(list(tmp_path.rglob("*.json"))) == 10
@@ -177,6 +181,17 @@ def test_a_changed_param_runs_only_the_points_it_changes(tmp_path):
     points = [line for line in lines if " steady out tok/s " in line]
     assert points and all(("(from the store)" in line) == (" vllm-m " in line) for line in points)
     assert _counts(lines, "e2e")["stored"] == sum(" vllm-m " in line for line in points)
+
+
+def test_simulations_that_are_not_serving_points_are_stored_as_jobs(tmp_path):
+    """context-length's batches and dgfm's arms run as Sweep.job: a rerun reads every one from the store."""
+    for name in ("context-length", "dgfm"):
+        first, again = [], []
+        fresh = _run(name, {"store": str(tmp_path)}, first)
+        stored = _run(name, {"store": str(tmp_path)}, again)
+        ran = _counts(first, name)["run"]
+        assert ran > 0 and _counts(again, name) == {"run": 0, "stored": ran}
+        assert stored == json.loads(json.dumps(fresh))  # what the store gives is what was run, through JSON
 
 
 def test_experiments_that_share_points_compute_them_once(tmp_path):

@@ -7,9 +7,9 @@ give the figure set.
    workers did not get). Then EMPTY_POINTS points that simulate nothing (empty_point) on the warm executor: wall x
    workers / points is what the executor costs a point (handing it out, shipping, scheduling, the result back),
    set beside the median simulated point. Every run's points must equal this process's.
-2. The task graph of the quick figure set: e2e, e2e-datasets and sensitivity --quick run here with their graphs
-   recorded (each point's CPU seconds and what it waited for), the figure set's other simulated experiments one
-   node each (their CPU time), all experiments independent. From it, by list scheduling as the sweep hands out
+2. The task graph of the quick figure set: GRAPH_EXPERIMENTS --quick run here with their graphs recorded (each
+   point's CPU seconds and what it waited for), the figure set's other simulated experiments one node each
+   (their CPU time), all experiments independent. From it, by list scheduling as the sweep hands out
    points, the predicted wall time on CORES (each point costed with Ray's empty-point time measured in 1), beside
    the bounds (critical path; total CPU over the cores) and the critical path named.
 """
@@ -25,8 +25,8 @@ from repro.benchmarks.schedule import critical_path, schedule_s
 from repro.load import load_1m
 
 CORES = (16, 64, 256)
-GRAPH_EXPERIMENTS = ("e2e", "e2e-datasets", "sensitivity")
-SINGLE_EXPERIMENTS = ("dgfm", "context-length", "perf-model", "motivation", "migration", "lamina")
+GRAPH_EXPERIMENTS = ("e2e", "e2e-datasets", "sensitivity", "dgfm", "context-length")
+SINGLE_EXPERIMENTS = ("perf-model", "motivation", "migration", "lamina")
 EMPTY_POINTS = 400
 OVERHEAD_SWEEP = dict(trace_id=0, num_requests=200, rates_per_s=(2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0),
                       systems=("infinite-llm", "vllm-m"), seeds=(0, 1, 2))

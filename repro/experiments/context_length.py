@@ -6,6 +6,7 @@ vLLM-S), then, at 1K, just past vLLM-M's limit and at Infinite-LLM's limit, the 
 largest batch each system fits (at most max_batch_size per instance), simulated: every request arrives at
 t=0 with the context as prompt minus OUTPUT_LEN; throughput is the sum of the requests' decode rates.
 """
+from functools import partial
 
 from reference_impl.links import DEFAULT_LINK
 from reference_impl.serving.records import tpot_s
@@ -15,6 +16,8 @@ from reference_impl.sim.systems import cluster, system_config
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result
 from repro.experiments.params import LINK_HELP, Param, link
+from repro.serving.sweep import open_sweep, sweep_params
+from repro.serving.tasks import typed
 from workloads.request import Request
 
 GPU = "A100-80GB-SXM"
@@ -24,7 +27,7 @@ SYSTEMS = ("infinite-llm", "vllm-m", "vllm-s")
 OUTPUT_LEN = 16
 SHORT_LEN = 1000
 PAST_VLLM_M = 1.05  # "slightly exceeding" vLLM-M's limit
-PARAMS = (Param("link", link, DEFAULT_LINK, LINK_HELP),)
+PARAMS = (Param("link", link, DEFAULT_LINK, LINK_HELP), *sweep_params())
 
 
 def max_context(config) -> int:
@@ -53,9 +56,10 @@ def decode_tok_s(config, context: int, batch: int) -> tuple[float | None, int]:
 
 
 def run(params, log) -> dict:
+    params = typed("context-length", PARAMS, params)
     settings = SETTINGS[:2] if params.quick else SETTINGS
     link = params.extra.get("link", DEFAULT_LINK)
-    rows = []
+    rows, todo = [], []  # todo: (row, label, context, system, batch, decode_tok_s of that batch or None)
     for model, gpus in settings:
         base = cluster(model, GPU, gpus, link=link, engine=sim_engine(seed=params.seed))
         if params.quick:
@@ -64,19 +68,28 @@ def run(params, log) -> dict:
         limits = {s: max_context(c) for s, c in configs.items()}
         lengths = {"short": SHORT_LEN, "past-vllm-m": int(limits["vllm-m"] * PAST_VLLM_M),
                    "infinite-llm-max": limits["infinite-llm"]}
-        points = []
+        row = {"model": model, "num_gpus": gpus, "instance_tp": base.tp, "num_instances": base.engine.num_instances,
+               "vllm_s_tp": configs["vllm-s"].tp, "vllm_s_pp": configs["vllm-s"].pp, "max_context": limits,
+               "points": []}
+        rows.append(row)
         for label, context in lengths.items():
             for system, config in configs.items():
                 batch = largest_batch(config, context) if context <= limits[system] else 0
-                tok_s, finished = decode_tok_s(config, context, batch) if batch else (None, 0)
-                log(f"{model} {gpus} GPUs {label:>16} {context:>9} tokens {system:<13} batch {batch:>5} "
-                    f"{'-' if tok_s is None else f'{tok_s:10.1f}'} tok/s")
-                points.append({"length": label, "context": context, "system": system, "batch": batch,
-                               "finished": finished, "decode_tok_s": tok_s})
-        rows.append({"model": model, "num_gpus": gpus, "instance_tp": base.tp, "num_instances": base.engine.num_instances,
-                     "vllm_s_tp": configs["vllm-s"].tp, "vllm_s_pp": configs["vllm-s"].pp,
-                     "max_context": limits, "points": points})
+                todo.append((row, label, context, system, batch,
+                             partial(decode_tok_s, config, context, batch) if batch else None))
+    with open_sweep(params, log, "context-length") as sweep:
+        done = sweep.run(sweep.gather(*(_decode(sweep, job, f"{row['model']} {row['num_gpus']} GPUs {label} {system}",
+                                                batch * context) for row, label, context, system, batch, job in todo)))
+    for (row, label, context, system, batch, _), (tok_s, finished) in zip(todo, done):
+        log(f"{row['model']} {row['num_gpus']} GPUs {label:>16} {context:>9} tokens {system:<13} batch {batch:>5} "
+            f"{'-' if tok_s is None else f'{tok_s:10.1f}'} tok/s")
+        row["points"].append({"length": label, "context": context, "system": system, "batch": batch,
+                              "finished": finished, "decode_tok_s": tok_s})
     return {"gpu": GPU, "link": link, "output_len": OUTPUT_LEN, "settings": rows}
+
+
+async def _decode(sweep, job, label: str, tokens: int) -> tuple:
+    return tuple(await sweep.job(job, label, cost=tokens)) if job is not None else (None, 0)
 
 
 def _tput(row, length, system):

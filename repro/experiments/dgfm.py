@@ -12,6 +12,8 @@ At every gManager round (1 s) the run records the debt cycles DGFM could cancel 
 share of rBlocks on their request's home instance, and the (request, creditor) pairs that remote
 MicroAttention serves.
 """
+from functools import partial
+
 import numpy as np
 
 from reference_impl.dgfm import count_cycles, debt_graph
@@ -20,6 +22,8 @@ from reference_impl.sim.simulator import simulate
 from repro.experiments.base import ClaimRow, Experiment, default_run_id
 from repro.experiments.figures import main_result, new_figure, save
 from repro.experiments.params import Param, positive_float, positive_int
+from repro.serving.sweep import open_sweep, sweep_params
+from repro.serving.tasks import typed
 from workloads.request import Request
 
 SETTING = SimConfig(model="llama2-13b", gpu="A100-80GB-SXM", tp=2, link="intra-node",
@@ -31,7 +35,8 @@ QUICK = dict(duration_s=30.0, bin_s=10.0, seeds=1)
 PARAMS = (Param("duration_s", positive_float, None, f"simulated seconds per arm (default: {FULL['duration_s']:g}; "
                                                      f"{QUICK['duration_s']:g} with --quick)"),
           Param("seeds", positive_int, None, f"seeds, from --seed up (default: {FULL['seeds']}; {QUICK['seeds']} with "
-                                             "--quick)"))
+                                             "--quick)"),
+          *sweep_params())
 ARMS = (("DGFM", True, False), ("no DGFM", False, False), ("exclusive roles", True, True))
 MAX_TOKENS = 480_000
 OUTPUT_RANGE = (32, 512)  # decode tokens per request, uniform
@@ -91,22 +96,29 @@ def last_third_tok_s(arm: dict) -> float:
     return float(np.mean([b["output_tok_s"] for b in bins]))
 
 
+def seeded_arm(label: str, dgfm: bool, exclusive_roles: bool, capacity_tokens: int, duration_s: float,
+               bin_s: float, seed: int) -> dict:
+    """run_arm on the requests of `seed` (made where the arm runs)."""
+    requests = make_requests(capacity_tokens, duration_s, np.random.default_rng(seed))
+    return run_arm(label, dgfm, exclusive_roles, requests, duration_s, bin_s, seed)
+
+
 def run(params, log) -> dict:
+    params = typed("dgfm", PARAMS, params)
     size = QUICK if params.quick else FULL
     duration_s = params.extra.get("duration_s") or size["duration_s"]
     seeds = range(params.seed, params.seed + (params.extra.get("seeds") or size["seeds"]))
     capacity = blocks_per_instance(SETTING) * SETTING.engine.block_size * SETTING.engine.num_instances
-    arms, num_requests = [], 0
-    for seed in seeds:
-        requests = make_requests(capacity, duration_s, np.random.default_rng(seed))
-        num_requests += len(requests)
-        for label, dgfm, exclusive in ARMS:
-            arm = run_arm(label, dgfm, exclusive, requests, duration_s, size["bin_s"], seed)
-            end = arm["rounds"][-1] if arm["rounds"] else {"swaps": 0, "debt_cycles": 0}
-            log(f"seed {seed} {label:<16}: {arm['num_finished']:3d} finished, {end['swaps']:3d} swaps, "
-                f"max debt cycles {max((r['debt_cycles'] for r in arm['rounds']), default=0)}, "
-                f"last third {last_third_tok_s(arm):6.1f} tok/s")
-            arms.append(arm)
+    jobs = [(seed, label, partial(seeded_arm, label, dgfm, exclusive, capacity, duration_s, size["bin_s"], seed))
+            for seed in seeds for label, dgfm, exclusive in ARMS]
+    with open_sweep(params, log, "dgfm") as sweep:
+        arms = sweep.run(sweep.gather(*(sweep.job(job, f"seed {seed} {label}") for seed, label, job in jobs)))
+    for arm in arms:
+        end = arm["rounds"][-1] if arm["rounds"] else {"swaps": 0, "debt_cycles": 0}
+        log(f"seed {arm['seed']} {arm['arm']:<16}: {arm['num_finished']:3d} finished, {end['swaps']:3d} swaps, "
+            f"max debt cycles {max((r['debt_cycles'] for r in arm['rounds']), default=0)}, "
+            f"last third {last_third_tok_s(arm):6.1f} tok/s")
+    num_requests = sum(len(make_requests(capacity, duration_s, np.random.default_rng(seed))) for seed in seeds)
     setting = {"model": SETTING.model, "gpu": SETTING.gpu, "num_instances": SETTING.engine.num_instances,
                "tp": SETTING.tp, "link": SETTING.link}
     return {"setting": setting, "capacity_tokens": capacity, "num_requests": num_requests,

@@ -4,7 +4,9 @@ A point's key covers: the system and its whole config (as_simulated: the setting
 their defaults, so runs that cannot differ share a key), the requests' content (sha256 of every field of every
 request: the key holds whatever made them, seeds, transforms and real data alike), the rate, the seed, whether the
 run stops at its steady-state window, the runner (None: run_point; else a module function or a partial of one with
-plain arguments, and that module's source), the calibration file's sha256, and the simulator's code version.
+arguments that have a canonical form, and that module's source), the calibration file's sha256, and the simulator's
+code version. A job (Sweep.job: a simulation that is not a serving point) is keyed by its function, arguments and
+the code version (job_fields).
 
 The code version is a sha256 over the source and data files of the packages a simulation imports (SIM_SOURCES,
 less what it never imports: NOT_SIMULATED, checked by tests/test_point_store.py in a fresh process), not a constant
@@ -91,8 +93,8 @@ def requests_sha256(requests) -> str:
 
 
 def runner_key(runner) -> dict | None:
-    """None for run_point; a module-level function, or a partial of one with plain arguments, by name, arguments
-    and its module's source; anything else is Unkeyable."""
+    """None for run_point; a module-level function, or a partial of one with arguments that have a canonical
+    form, by name, arguments and its module's source; anything else is Unkeyable."""
     if runner is None:
         return None
     args, kwargs = (), {}
@@ -104,10 +106,8 @@ def runner_key(runner) -> dict | None:
     source = getattr(sys.modules.get(module), "__file__", None)
     if source is None:
         raise Unkeyable(f"runner {module}.{name} has no source file")
-    for value in (*args, *kwargs.values()):
-        if not isinstance(value, (bool, int, float, str, type(None))):
-            raise Unkeyable(f"runner {module}.{name} takes a {type(value).__name__}")
-    return {"fn": f"{module}:{name}", "args": list(args), "kwargs": kwargs, "source": file_sha256(source)}
+    return {"fn": f"{module}:{name}", "args": json.loads(canonical(list(args))),
+            "kwargs": json.loads(canonical(kwargs)), "source": file_sha256(source)}
 
 
 def point_fields(task, requests_sha: str) -> dict:
@@ -121,6 +121,16 @@ def point_fields(task, requests_sha: str) -> dict:
             "rate_per_s": task.rate_per_s, "seed": task.seed, "steady_only": task.steady_only,
             "runner": runner_key(task.runner), "calibration_sha256": calibration_sha256(config),
             "code_version": current_code_version()}
+
+
+def job_fields(fn) -> dict:
+    """Everything a job's result (Sweep.job: `fn()`) depends on: the function and its arguments (runner_key) and
+    the simulator's code version, which covers the committed calibration (a job given another calibration file
+    would be keyed by the path, not its bytes: such a job is Unkeyable)."""
+    args = (*fn.args, *fn.keywords.values()) if isinstance(fn, functools.partial) else ()
+    if any(getattr(a, "coefficients_path", None) is not None for a in args):
+        raise Unkeyable("a job on a calibration file of its own")
+    return {"job": runner_key(fn), "code_version": current_code_version()}
 
 
 def point_key(fields: dict) -> str:

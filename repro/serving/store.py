@@ -22,7 +22,7 @@ OFF = "off"
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    point: dict
+    point: object  # a serving point (a dict), or a job's result: whatever JSON holds
     cpu_s: float  # CPU seconds the point took where it ran
 
 
@@ -40,7 +40,7 @@ class PointStore:
             point = entry["point"]
             if entry["key"] != key or entry["point_sha256"] != sha256_text(canonical(point)):
                 return None
-            return Stored(point, float(entry["cpu_s"])) if isinstance(point, dict) else None
+            return Stored(point, float(entry["cpu_s"]))
         except (OSError, ValueError, KeyError, TypeError):
             return None
 

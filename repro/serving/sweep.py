@@ -16,15 +16,17 @@ import itertools
 import json
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from repro.experiments.params import Param
 from repro.progress import live_bar
 from repro.serving.executors import InProcess, make_executor
-from repro.serving.keys import Unkeyable, point_fields, point_key, requests_sha256
+from repro.serving.keys import Unkeyable, job_fields, point_fields, point_key, requests_sha256
 from repro.serving.store import open_store
 from repro.serving.task_graph import TaskGraph
-from repro.serving.tasks import RequestSpec, default_workers, log_point, request_cost, requests_of, run_job
+from repro.serving.tasks import (RequestSpec, default_workers, log_job, log_point, request_cost, requests_of, run_call,
+                                 run_job)
 
 SWEEP_PARAMS = (
     Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick); with --address "
@@ -79,36 +81,49 @@ class Sweep:
         return await self.gather(*(self.point(t) for t in tasks))
 
     async def point(self, task) -> dict:
+        """`task`'s point (module docstring)."""
         self._bind()
         self._known(1)
+        describe = (task.label, task.system, task.rate_per_s, task.seed)
         if task.answer is not None:
             known = task.answer(task)
             if known is not None:
-                return self._done(self.graph.add(task, "known"), task, known, 0.0, "known")
+                return self._done(self.graph.add(*describe, "known"), partial(log_point, self.log, task), known, 0.0,
+                                  "known")
             task = replace(task, answer=None)
         sha, cost = self._requests_info(task.requests)
-        try:
-            fields = point_fields(task, sha)
-            key = point_key(fields)
-        except Unkeyable:
-            fields = key = None
-        if key is not None and key in self._by_key:  # the same point, run or running in this sweep
+        return await self._get(describe, _keyed(point_fields, task, sha), cost, run_job, (task, sha),
+                               partial(log_point, self.log, task))
+
+    async def job(self, fn, label: str, cost: float = 0.0):
+        """`fn()` (a picklable callable: a module function or a partial of one) run as a point is: on the executor,
+        from the store when its key is there (keys.job_fields), once per run; for simulations that are not serving
+        points (dgfm's arms, context-length's batches). `cost` orders the queue (longest first)."""
+        self._bind()
+        self._known(1)
+        return await self._get((label, "", 0.0, 0), _keyed(job_fields, fn), cost, run_call, fn,
+                               partial(log_job, self.log, label))
+
+    async def _get(self, describe: tuple, keyed: tuple, cost: float, call, arg, log_line):
+        key, fields = keyed
+        if key is not None and key in self._by_key:  # the same key, run or running in this sweep
             self.counts["shared"] += 1
-            node = self.graph.add(task, "shared")
-            point, _ = await asyncio.shield(self._by_key[key])
-            return self._done(node, task, point, 0.0, "shared")
+            node = self.graph.add(*describe, "shared")
+            result, _ = await asyncio.shield(self._by_key[key])
+            return self._done(node, log_line, result, 0.0, "shared")
         stored = self.store.get(key) if self.store is not None and key is not None else None
         if stored is not None:
             self.counts["stored"] += 1
-            return self._done(self.graph.add(task, "stored"), task, stored.point, stored.cpu_s, "from the store")
-        node = self.graph.add(task, "run")
+            return self._done(self.graph.add(*describe, "stored"), log_line, stored.point, stored.cpu_s,
+                              "from the store")
+        node = self.graph.add(*describe, "run")
         future = self._loop.create_future()
         if key is not None:
             self._by_key[key] = future
-        heapq.heappush(self._queue, (-cost, next(self._order), task, sha, key, fields, future))
+        heapq.heappush(self._queue, (-cost, next(self._order), call, arg, key, fields, future))
         self._dispatch()
-        point, cpu_s = await future
-        return self._done(node, task, point, cpu_s)
+        result, cpu_s = await future
+        return self._done(node, log_line, result, cpu_s)
 
     def _bind(self):
         loop = asyncio.get_running_loop()
@@ -126,10 +141,10 @@ class Sweep:
 
     def _dispatch(self):
         while self._queue and self._in_flight < self.executor.slots:
-            _, _, task, sha, key, fields, future = heapq.heappop(self._queue)
+            _, _, call, arg, key, fields, future = heapq.heappop(self._queue)
             self._in_flight += 1
             loop = self._loop
-            done = self.executor.submit(run_job, (task, sha))
+            done = self.executor.submit(call, arg)
 
             def finished(done, key=key, fields=fields, future=future):
                 try:
@@ -160,12 +175,21 @@ class Sweep:
             self.bar.total = (self.bar.total or 0) + n
             self.bar.refresh()
 
-    def _done(self, node, task, point: dict, cpu_s: float, where: str | None = None) -> dict:
-        self.graph.done(node, point, cpu_s)
-        log_point(self.log, task, point, where)
+    def _done(self, node, log_line, result, cpu_s: float, where: str | None = None):
+        self.graph.done(node, result, cpu_s)
+        log_line(result, where)
         if self.bar is not None:
             self.bar.update(1)
-        return point
+        return result
+
+
+def _keyed(fields_of, *args) -> tuple[str | None, dict | None]:
+    """(key, fields) of what `fields_of(*args)` names, or (None, None): run, never stored or shared."""
+    try:
+        fields = fields_of(*args)
+    except Unkeyable:
+        return None, None
+    return point_key(fields), fields
 
 
 def in_process(log) -> Sweep:

@@ -32,16 +32,16 @@ class TaskGraph:
         self.nodes: list[Node] = []
         self._node_of: dict[int, int] = {}  # id(point dict) -> node id
 
-    def add(self, task, how: str) -> Node:
-        node = Node(len(self.nodes), self.experiment, task.label, task.system, task.rate_per_s, task.seed, 0.0, how,
+    def add(self, label: str, system: str, rate_per_s: float, seed: int, how: str) -> Node:
+        node = Node(len(self.nodes), self.experiment, label, system, rate_per_s, seed, 0.0, how,
                     sorted(_FRONTIER.get()))
         self.nodes.append(node)
         return node
 
-    def done(self, node: Node, point: dict, cpu_s: float) -> None:
-        """`point` of `node` is what the awaiting coroutine now has seen."""
+    def done(self, node: Node, result, cpu_s: float) -> None:
+        """`result` of `node` is what the awaiting coroutine now has seen."""
         node.cpu_s = cpu_s
-        self._node_of[id(point)] = node.id
+        self._node_of[id(result)] = node.id
         _FRONTIER.set(frozenset({node.id}))
 
     def after(self, points) -> None:

@@ -115,6 +115,17 @@ def run_job(job: tuple) -> dict:
     return {"point": point, "cpu_s": time.process_time() - start}
 
 
+def run_call(fn) -> dict:
+    """Where a job runs (Sweep.job): {"point": fn(), "cpu_s": this process's CPU seconds for it}."""
+    start = time.process_time()
+    result = fn()
+    return {"point": result, "cpu_s": time.process_time() - start}
+
+
+def log_job(log, label: str, result, where: str | None = None) -> None:
+    log(f"  {label}{f' ({where})' if where else ''}")
+
+
 def log_point(log, task: PointTask, p: dict, where: str | None = None) -> None:
     """One line per point; `where` in place of its wall time when it was not run for this line."""
     where = where or f"{p['wall_s']:.1f} s"
