@@ -146,6 +146,14 @@ def test_a_damaged_entry_is_recomputed_and_replaced(tmp_path):
     assert not list(tmp_path.rglob("*.tmp"))  # every write went through a rename
 
 
+def test_a_store_that_cannot_be_written_fails_the_run(tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    sweep = Sweep(InProcess(), PointStore(blocked), lambda line: None)
+    with pytest.raises(Exception, match="a-file"):
+        sweep.run(sweep.point(_task()))
+
+
 class Interrupted(Exception):
     pass
 

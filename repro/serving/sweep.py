@@ -13,11 +13,11 @@ waited for. One bar counts the points known so far.
 import asyncio
 import heapq
 import itertools
-import json
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
+
+from reference_impl.atomic import write_json_atomic
 
 from repro.experiments.params import Param
 from repro.progress import live_bar
@@ -164,8 +164,11 @@ class Sweep:
                 future.set_exception(exc)
         else:
             self.counts["run"] += 1
-            if self.store is not None and key is not None:
-                self.store.put(key, fields, ran["point"], ran["cpu_s"])
+            try:
+                if self.store is not None and key is not None:
+                    self.store.put(key, fields, ran["point"], ran["cpu_s"])
+            except Exception as exc:  # noqa: BLE001 - e.g. a full disk: the run fails, here it would hang
+                future.set_exception(exc)
             if not future.done():
                 future.set_result((ran["point"], ran["cpu_s"]))
         self._dispatch()
@@ -210,8 +213,8 @@ def open_sweep(params, log, desc: str):
             sweep = Sweep(executor, store, log, bar, experiment=desc)
             yield sweep
         log(f"{desc}: {sweep.counts['run']} points run, {sweep.counts['stored']} from the store, "
-            f"{sweep.counts['shared']} shared with a running one")
+            f"{sweep.counts['shared']} shared within the run")
         if params.extra.get("graph"):
-            Path(params.extra["graph"]).write_text(json.dumps(sweep.graph.to_json()) + "\n")
+            write_json_atomic(params.extra["graph"], sweep.graph.to_json())
     finally:
         executor.close()
