@@ -92,7 +92,7 @@ def test_gmanager_killed_mid_run_is_rebuilt_from_full_heartbeats(local_run):
         engine.restart_gmanager()
         # every instance's counters (an instance publishes them at its control phases: they lag a little)
         wait_for(engine, lambda e: len(e.stats()) == len(e.actors)
-                 and all(s["num_gmanager_restarts"] >= 1 for s in e.stats().values()))
+                 and all(s.num_gmanager_restarts >= 1 for s in e.stats().values()))
         engine.pause()  # no control phase runs: the placement is still, the map catches up with one heartbeat
         try:
             engine.sync_now()
@@ -103,11 +103,11 @@ def test_gmanager_killed_mid_run_is_rebuilt_from_full_heartbeats(local_run):
             engine.resume()
         engine.run()
         assert [s.output_ids for s in seqs] == local_run.token_ids
-        wait_for(engine, lambda e: all(s["num_full_heartbeats"] >= 2 for s in e.stats().values()), timeout_s=10)
+        wait_for(engine, lambda e: all(s.num_full_heartbeats >= 2 for s in e.stats().values()), timeout_s=10)
         # each home ran its own loop (an instance homing nothing need not step); the counters are published at a
         # control phase, which can run its report (the last tokens) before its publish: wait for the next one
         homes = set(engine.home_of.values())
-        wait_for(engine, lambda e: all(s["num_steps"] >= NUM_NEW for i, s in e.stats().items() if i in homes),
+        wait_for(engine, lambda e: all(s.num_steps >= NUM_NEW for i, s in e.stats().items() if i in homes),
                  timeout_s=10)
         assert_idle(engine)
     finally:
@@ -186,10 +186,10 @@ def test_try_move_refused_when_the_destination_fills_then_retried_next_round():
             assert ray.get(dst.try_move_kvcache.remote(999, ray.get(dst.num_lendable.remote())))
 
         round_while_paused(queue, race)
-        wait_for(engine, lambda e: e.stats()[0]["num_moves_refused"] == 1)
-        assert engine.stats()[0]["num_moves_accepted"] == 0
+        wait_for(engine, lambda e: e.stats()[0].num_moves_refused == 1)
+        assert engine.stats()[0].num_moves_accepted == 0
         round_while_paused(lambda: ray.get(dst.cancel_reservation.remote(999, None)), lambda: None)
-        wait_for(engine, lambda e: e.stats()[0]["num_moves_accepted"] == 1)
+        wait_for(engine, lambda e: e.stats()[0].num_moves_accepted == 1)
         engine.run()
         assert 1 in seqs[0].placement
         roomy = local_generate(MODEL, [s.prompt_ids for s in seqs], 24, EngineConfig(1, 64, block_size=4))
@@ -277,7 +277,7 @@ def test_dgfm_swap_while_the_loops_run_keeps_the_tokens():
             engine.sync_now()
         finally:
             engine.resume()
-        wait_for(engine, lambda e: all(s["num_copied_blocks"] >= 2 for s in e.stats().values()))
+        wait_for(engine, lambda e: all(s.num_copied_blocks >= 2 for s in e.stats().values()))
         engine.pause()
         try:  # a request fills each instance, and the round finds the cycle
             assert spread(engine) and not any(s.output_ids[6:] for s in seqs[:2])
@@ -288,7 +288,7 @@ def test_dgfm_swap_while_the_loops_run_keeps_the_tokens():
         finally:
             engine.resume()
         engine.run()
-        wait_for(engine, lambda e: e.stats()[0]["num_swaps"] == 1)
+        wait_for(engine, lambda e: e.stats()[0].num_swaps == 1)
         assert [s.placement for s in seqs[:2]] == [{0: 4}, {1: 4}]  # the swap brought both requests home
         roomy = local_generate(MODEL, [s.prompt_ids for s in seqs], 7, EngineConfig(1, 64, block_size=4))
         assert [s.output_ids for s in seqs] == [t[:s.max_new_tokens] for s, t in zip(seqs, roomy.token_ids)]
@@ -350,6 +350,7 @@ def test_a_loop_waiting_on_a_reply_wakes_on_it_without_polling_ray():
 
     from reference_impl.backends.ray.loop import InstanceLoop
     from reference_impl.backends.ray.mailbox import Mailbox
+    from reference_impl.backends.ray.stats import LoopStats
 
     @ray.remote
     def reply_after(seconds):
@@ -359,7 +360,7 @@ def test_a_loop_waiting_on_a_reply_wakes_on_it_without_polling_ray():
     box, mail, serves = Mailbox(), [], []
     serve = box.serve
     box.serve = lambda timeout_s=0.0: serves.append(timeout_s) or serve(timeout_s)
-    loop = SimpleNamespace(mailbox=box, stats={"messaging_s": 0.0})
+    loop = SimpleNamespace(mailbox=box, stats=LoopStats())
     loop.wait_refs = lambda refs: InstanceLoop.wait_refs(loop, refs)
     refs = [reply_after.remote(0.4), reply_after.remote(0.2)]
     ray.get(reply_after.remote(0.0))  # a worker is up: the wait below is the replies' own
@@ -370,7 +371,7 @@ def test_a_loop_waiting_on_a_reply_wakes_on_it_without_polling_ray():
     assert ray.get(refs) == ["done", "done"] and mail == ["a peer's message"]
     assert waited_s < 0.4 + 0.3
     assert len(serves) <= waited_s / 0.02 + 4  # woken by the replies, a look per 20 ms at most (not 800)
-    assert InstanceLoop.wait_ref(loop, reply_after.remote(0.05)) == "done" and loop.stats["messaging_s"] > 0.04
+    assert InstanceLoop.wait_ref(loop, reply_after.remote(0.05)) == "done" and loop.stats.messaging_s > 0.04
 
 
 def test_bench_ray_device_time_scaling_and_pooled_runs(tmp_path):

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from reference_impl.backends.ray.stats import LoopStats, StepMeans
 from reference_impl.engine import EngineConfig
 from reference_impl.sequence import Sequence, num_blocks_for
 
 POLL_S = 0.02  # between the driver's looks at the N independent engines' reports
-TIMES = ("step_s", "control_s", "compute_s", "wait_s", "messaging_s", "compute_cpu_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,18 +47,34 @@ class ScalingRun:
     load_after: float
 
     @classmethod
-    def make(cls, n, pooling, model, stats, independent, load_before, load_after) -> "ScalingRun":
-        per_step = {k: 1e3 * v for k, v in stats["per_step"].items()}
-        roles = stats["roles"]
-        return cls(n, pooling, model, stats["num_tokens"], statistics.median(stats["tok_s"]), stats["tok_s"],
-                   per_step["step_s"], per_step["control_s"], per_step["compute_s"], per_step["compute_cpu_s"],
-                   per_step["wait_s"],
-                   per_step["messaging_s"],
-                   *(1e3 * roles[r][k] if pooling == "on" else None
-                     for r, k in (("debtor", "step_s"), ("debtor", "wait_s"), ("creditor", "step_s"))),
-                   1e3 * stats["served_compute_s"] if pooling == "on" else None,
-                   stats["peer_calls_per_step"], stats["peer_call_ms"], stats["num_moved_blocks"], independent,
-                   load_before, load_after)
+    def make(cls, n, pooling, model, run: "EngineRun", independent, load_before, load_after) -> "ScalingRun":
+        every, debtor, creditor = (StepMeans.of(run.stats_of(insts)) for insts in run.roles())
+        pooled = pooling == "on"
+        calls = every.num_peer_calls
+        return cls(n, pooling, model, run.num_tokens, statistics.median(run.tok_s), run.tok_s,
+                   every.step_ms, every.control_ms, every.compute_ms, every.compute_cpu_ms, every.wait_ms,
+                   every.messaging_ms, debtor.step_ms if pooled else None, debtor.wait_ms if pooled else None,
+                   creditor.step_ms if pooled else None, every.serve_ms if pooled else None,
+                   calls / max(1, sum(every.num_steps.values())), every.peer_call_each_ms if calls else None,
+                   every.num_copied_blocks, independent, load_before, load_after)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRun:
+    """The N-instance engine's repeats: tokens, tok/s per repeat, each instance's loop statistics over them."""
+
+    num_instances: int
+    num_tokens: int  # generated per repeat
+    tok_s: list[float]
+    stats: dict[int, LoopStats]  # per instance, summed over the repeats
+
+    def roles(self) -> tuple[list[int], list[int], list[int]]:
+        """(every instance, the debtors: even ones with an odd neighbour, the creditors: odd ones)."""
+        n = self.num_instances
+        return list(range(n)), [i for i in range(n) if i % 2 == 0 and i + 1 < n], [i for i in range(n) if i % 2]
+
+    def stats_of(self, insts) -> dict[int, LoopStats]:
+        return {i: self.stats[i] for i in insts if i in self.stats}
 
 
 def load_average() -> float:
@@ -118,16 +134,13 @@ def _start(engine, work: Workload, first_id: int) -> list[Sequence]:
     return seqs
 
 
-def _stats_delta(engine, before: dict) -> dict[int, dict]:
+def _stats_delta(engine, before: dict[int, LoopStats]) -> dict[int, LoopStats]:
     time.sleep(0.05)  # the stats of the last step are published at the next control phase
     engine.poll()
-    keys = (*TIMES, "serve_compute_s", "num_steps", "num_copied_blocks", "num_served", "num_peer_calls",
-            "peer_call_s")
-    return {i: {k: s[k] - before.get(i, {}).get(k, 0) for k in keys}
-            for i, s in engine.stats().items()}
+    return {i: s - before.get(i, LoopStats()) for i, s in engine.stats().items()}
 
 
-def run_engine(model, reference_model, work: Workload, ray_config, repeats: int) -> dict:
+def run_engine(model, reference_model, work: Workload, ray_config, repeats: int) -> EngineRun:
     """The N-instance engine: tok/s per repeat (after a warm-up), where a step's time goes, tokens checked."""
     import click
 
@@ -143,7 +156,7 @@ def run_engine(model, reference_model, work: Workload, ray_config, repeats: int)
         engine.run()
         tok_s, deltas = [], []
         for r in range(repeats):
-            before = {i: dict(s) for i, s in engine.stats().items()}
+            before = engine.stats()
             t0 = time.perf_counter()
             seqs = _start(engine, work, 20_000 * (r + 1))
             engine.run()
@@ -154,25 +167,8 @@ def run_engine(model, reference_model, work: Workload, ray_config, repeats: int)
             deltas.append(_stats_delta(engine, before))
     finally:
         engine.shutdown()
-    return {"num_tokens": sum(len(t) for t in want), "tok_s": tok_s, **_breakdown(deltas, work.config.num_instances)}
-
-
-def _breakdown(deltas: list[dict[int, dict]], n: int) -> dict:
-    def per_step(insts) -> dict[str, float]:
-        steps = sum(d[i]["num_steps"] for d in deltas for i in insts if i in d)
-        return {k: sum(d[i][k] for d in deltas for i in insts if i in d) / max(1, steps) for k in TIMES}
-
-    debtors = [i for i in range(n) if i % 2 == 0 and i + 1 < n]
-    creditors = [i for i in range(n) if i % 2 == 1]
-    def total(key: str) -> float:
-        return sum(d[i][key] for d in deltas for i in d)
-
-    served, calls, steps = total("num_served"), total("num_peer_calls"), total("num_steps")
-    return {"per_step": per_step(range(n)), "roles": {"debtor": per_step(debtors), "creditor": per_step(creditors)},
-            "peer_calls_per_step": calls / max(1, steps),
-            "peer_call_ms": 1e3 * total("peer_call_s") / calls if calls else None,
-            "num_moved_blocks": total("num_copied_blocks"),
-            "served_compute_s": total("serve_compute_s") / max(1, served)}
+    stats = {i: LoopStats.total(d[i] for d in deltas if i in d) for i in {i for d in deltas for i in d}}
+    return EngineRun(work.config.num_instances, sum(len(t) for t in want), tok_s, stats)
 
 
 def run_independent(model, work: Workload, ray_config, repeats: int) -> float:

@@ -13,12 +13,14 @@ import ray
 from reference_impl.backends.local import check_prompts
 from reference_impl.backends.ray.cluster import STRATEGIES, RayConfig, check_reachable, init_ray
 from reference_impl.backends.ray.engine import RayEngine
+from reference_impl.backends.ray.stats import LoopStats
 from reference_impl.engine import EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.model import LlamaModel
 from reference_impl.sequence import Sequence
 
-__all__ = ["STRATEGIES", "RayConfig", "RayEngine", "RayGenerationResult", "check_reachable", "generate", "init_ray"]
+__all__ = ["STRATEGIES", "LoopStats", "RayConfig", "RayEngine", "RayGenerationResult", "check_reachable", "generate",
+           "init_ray"]
 
 
 @dataclass(slots=True)
@@ -54,12 +56,12 @@ def generate(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int, c
             engine.run(on_poll=on_poll)
             wall_s = time.perf_counter() - t0
             stats = engine.stats().values()
-            num_steps = sum(s["num_steps"] for s in stats)
+            total = LoopStats.total(stats)
             return RayGenerationResult([s.output_ids for s in seqs], [s.placement for s in seqs], dict(engine.failed),
                                        engine.num_steps, sum(s.num_preemptions for s in seqs),
-                                       max((s["num_gmanager_restarts"] for s in stats), default=0),
+                                       max((s.num_gmanager_restarts for s in stats), default=0),
                                        engine.num_instance_failures, wall_s,
-                                       sum(s["messaging_s"] for s in stats) / max(1, num_steps))
+                                       total.messaging_s / max(1, total.num_steps))
         finally:
             engine.shutdown()
     finally:

@@ -3,9 +3,10 @@ partners' steps it serves (serve.py) in Ray's threads.
 
 Its API is messages, not attribute access: dispatch (`add_request`) and results (`take_results`) for the driver;
 `move_kvcache` and `swap` from the gManager; for peers, `rm_call` / `rm_post` (their requests on this rManager,
-in the order each peer sent them), `serve` (a home's step) and `hold` / `unhold` (a DGFM swap). Whatever reads
-or changes the rManager runs on the loop thread through its mailbox. Tensors never travel through these calls:
-the data plane is torch.distributed (dataplane.py).
+in the order each peer sent them), `serve` (a home's step) and `hold` / `unhold` (a DGFM swap). Each posts a
+message into the loop's mailbox (messages.py) or asks the loop through it; the loop thread alone changes its
+state, and these calls read only what it published (its snapshot, its outbox). Tensors never travel through
+these calls: the data plane is torch.distributed (dataplane.py).
 """
 import os
 import sys
@@ -19,6 +20,7 @@ import torch
 from reference_impl.backends.local import LocalBackend
 from reference_impl.backends.ray.dataplane import DataPlane, GroupSpec, free_address
 from reference_impl.backends.ray.loop import InstanceLoop
+from reference_impl.backends.ray.messages import Abort, AddRequest, Hold, Reform, Served, Stop, Unhold
 from reference_impl.backends.ray.serve import InTurn, PartnerWork, serve
 from reference_impl.engine import EngineConfig
 from reference_impl.protocol import MoveKVCache, Swap
@@ -127,23 +129,19 @@ class InstanceActor:
 
     def reform(self, spec: GroupSpec, dead: list[int], homed_there: list[int]) -> None:
         """Join a new group without the dead instances (the loop does it at its next iteration boundary)."""
-        self.loop.snapshot = {**self.loop.snapshot, "state": "reforming"}
-        self.loop.reforms.put((spec, dead, homed_there, self.make_plane))
+        self.loop.post(Reform(spec, dead, homed_there, self.make_plane))
 
     def stop(self) -> None:
         if self.loop is not None:
-            self.loop.stopping = True
-            self.loop.mailbox.wake()
+            self.loop.post(Stop())
 
     # --- driver: dispatch, results, observation
     def add_request(self, seq: Sequence) -> None:
-        self.loop.inbox.put(("add", seq))
-        self.loop.mailbox.wake()
+        self.loop.post(AddRequest(seq))
 
     def abort(self, req_id: int) -> None:
         """Drop a request (it failed): its blocks and reservations are freed at the next control phase."""
-        self.loop.inbox.put(("abort", req_id))
-        self.loop.mailbox.wake()
+        self.loop.post(Abort(req_id))
 
     def take_results(self):
         """(new tokens {req_id: (first index, tokens)}, finished [(req_id, placement, preemptions)], snapshot)."""
@@ -153,13 +151,8 @@ class InstanceActor:
         """`take_results` once this instance has results or its loop broke, or after `hold_s` without: the
         driver's one call outstanding per instance, answered as a step reports (no polling of the actor)."""
         loop = self.loop
-        with loop.results_ready:
-            loop.results_ready.wait_for(lambda: loop.tokens or loop.finished or loop.snapshot.get("state") == "broken",
-                                        timeout=hold_s)
-            tokens, finished = loop.tokens, loop.finished
-            loop.tokens, loop.finished = {}, []
-        # counters read now: at least as fresh as the tokens (the snapshot is from the last control phase's end)
-        return tokens, finished, {**loop.snapshot, "stats": loop.stats_now()}
+        tokens, finished = loop.outbox.take(hold_s, lambda: loop.snapshot.get("state") == "broken")
+        return tokens, finished, loop.snapshot  # published no earlier than the reports taken
 
     def snapshot(self) -> dict:
         return self.loop.snapshot
@@ -168,11 +161,11 @@ class InstanceActor:
         """Returns once the loop holds at its iteration boundary for `holder` (the driver's pause, a DGFM swap);
         it answers its mail meanwhile, and runs no control phase until every holder let go."""
         event = threading.Event()
-        self.loop.mailbox.post(self.loop.request_hold, holder, event)
+        self.loop.post(Hold(holder, event))
         event.wait()
 
     def unhold(self, holder) -> None:
-        self.loop.mailbox.post(self.loop.held_by.discard, holder)
+        self.loop.post(Unhold(holder))
 
     def sync_now(self) -> None:
         """While held: take in the messages waiting in the inbox, then send a heartbeat of everything changed."""
@@ -183,12 +176,10 @@ class InstanceActor:
 
     # --- gManager -> home
     def move_kvcache(self, msg: MoveKVCache) -> None:
-        self.loop.inbox.put(("move", msg))
-        self.loop.mailbox.wake()
+        self.loop.post(msg)
 
     def swap(self, msg: Swap) -> None:
-        self.loop.inbox.put(("swap", msg))
-        self.loop.mailbox.wake()
+        self.loop.post(msg)
 
     # --- peers
     def rm_call(self, sender: int, seq: int, method: str, *args):
@@ -205,10 +196,7 @@ class InstanceActor:
         with self.turns.turn(work, plane.spec.timeout_s if plane else 60.0):
             t0, cpu0 = time.perf_counter(), time.thread_time()
             waited_s = serve(work, self.loop)
-            with self.loop.results_lock:  # (the loop publishes its stats from its own thread)
-                self.loop.stats["num_served"] += 1
-                self.loop.stats["serve_compute_s"] += time.perf_counter() - t0 - waited_s
-                self.loop.stats["serve_cpu_s"] += time.thread_time() - cpu0
+            self.loop.post(Served(time.perf_counter() - t0 - waited_s, time.thread_time() - cpu0))
 
     # --- the driver's (and tests') direct view of this rManager, answered by the loop
     def try_move_kvcache(self, req_id: int, num_blocks: int) -> bool:

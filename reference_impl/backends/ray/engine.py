@@ -22,6 +22,7 @@ from reference_impl.backends.ray.actor import InstanceActor
 from reference_impl.backends.ray.cluster import RayConfig
 from reference_impl.backends.ray.dataplane import GroupSpec
 from reference_impl.backends.ray.gmanager import GManagerActor
+from reference_impl.backends.ray.stats import LoopStats
 from reference_impl.engine import CHUNKED_SIM_ONLY, EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.gmanager import GManagerConfig
@@ -77,6 +78,7 @@ class RayEngine:
             gm_config, perf_model, self.actors, interval_s, config.dgfm, config.seed)
         self.backend = "nccl" if rc.gpus_per_instance else "gloo"
         spec = self._group_spec(sorted(self.actors))
+        self.group = spec.address  # the data-plane group of the live instances: a failure in an older one is known
         # the gManager alive too before anything runs: Ray drops a kill sent while an actor is still being created
         ray.get([a.start.remote(self.actors, self.gm_actor, spec) for a in self.actors.values()]
                 + [self.gm_actor.get_boot_id.remote()])
@@ -171,7 +173,8 @@ class RayEngine:
             if inst_id not in self.actors:  # died and dropped since the call was made
                 continue
             self.snapshots[inst_id] = snapshot
-            broken |= snapshot.get("state") == "broken"
+            # (a loop that broke in a group already re-formed takes the new one at its next iteration boundary)
+            broken |= snapshot.get("state") == "broken" and snapshot.get("group") == self.group
             for req_id, (first, new) in tokens.items():
                 seq = self.mirror[req_id]
                 seq.output_ids[first:] = new
@@ -231,6 +234,7 @@ class RayEngine:
             self.snapshots.pop(d, None)
         if survivors:
             spec = self._group_spec(survivors)
+            self.group = spec.address
             ray.get([self.actors[i].reform.remote(spec, dead, [s.req_id for s in orphans]) for i in survivors])
         self.config = replace(self.config, num_instances=max(1, len(survivors)))
         for seq in self.mirror.values():  # recomputed from scratch on fewer instances: some may not fit any more
@@ -252,7 +256,8 @@ class RayEngine:
                 self.failed[seq.req_id] = f"instance {', '.join(map(str, dead))} died; {err}"
 
     # --- observation and test hooks
-    def stats(self) -> dict[int, dict]:
+    def stats(self) -> dict[int, LoopStats]:
+        """Each instance's loop statistics as of its latest snapshot (they lag its loop by up to a control phase)."""
         return {i: s["stats"] for i, s in self.snapshots.items() if "stats" in s}
 
     def usage(self) -> dict[int, dict]:
@@ -263,7 +268,7 @@ class RayEngine:
 
     @property
     def num_steps(self) -> int:
-        return max((s["num_steps"] for s in self.stats().values()), default=0)
+        return max((s.num_steps for s in self.stats().values()), default=0)
 
     def pause(self) -> None:
         """Hold every loop before its next control phase (no control phase runs anywhere until `resume`)."""

@@ -13,6 +13,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 POLL_S = 0.0005  # how long a waiting loop sleeps on its mailbox before it looks at what it waits for again
+# a loop with nothing to run, held, or waiting for what only mail brings looks this often (mail wakes it at once;
+# an idle loop still heartbeats at about this period)
+IDLE_WAIT_S = 0.02
 
 
 def _nothing() -> None:

@@ -56,9 +56,9 @@ class RemoteTables:
 
 
 class RemoteRManager:
-    def __init__(self, inst_id: int, handle, me, wait_ref, stats: dict):
+    def __init__(self, inst_id: int, handle, me, wait_ref, stats):
         """me: this instance's RManager (the sender); wait_ref(ref): its loop's way to wait for a reply; stats: its
-        loop's counters, where each call with a reply adds to num_peer_calls and peer_call_s."""
+        loop's LoopStats, where each call with a reply adds to num_peer_calls and peer_call_s."""
         self.inst_id, self.handle, self.me, self.wait_ref = inst_id, handle, me, wait_ref
         self.stats = stats
         self.tables = RemoteTables(self)
@@ -83,8 +83,8 @@ class RemoteRManager:
                 raise
             return default
         finally:
-            self.stats["num_peer_calls"] += 1
-            self.stats["peer_call_s"] += time.perf_counter() - t0
+            self.stats.num_peer_calls += 1
+            self.stats.peer_call_s += time.perf_counter() - t0
 
     # --- what admission and creditor choice read
     @property

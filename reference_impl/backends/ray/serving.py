@@ -9,13 +9,14 @@ instances; vLLM-M keeps it on its instance (preempt and recompute, reject what n
 instance with every block.
 """
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import ray
 
 from reference_impl.backends.clock import serve_on_clock
 from reference_impl.backends.local import random_prompts
 from reference_impl.backends.ray import RayConfig, RayEngine, init_ray
+from reference_impl.backends.ray.stats import LoopStats, StepMeans
 from reference_impl.engine import EngineConfig
 from reference_impl.errors import RequestsFailed
 from reference_impl.model import LlamaModel
@@ -39,26 +40,23 @@ def engine_config(system: str, num_instances: int, blocks_per_instance: int, blo
                         **batch)
 
 
-def loop_counters(engine: RayEngine) -> dict[int, dict]:
-    """Each instance's loop counters as of its next control phase (loop.py's STAT_KEYS and TIME_KEYS)."""
+def loop_stats(engine: RayEngine) -> dict[int, LoopStats]:
+    """Each instance's loop statistics as of its next control phase."""
     time.sleep(PUBLISH_S)
     engine.poll()
-    return {i: dict(s) for i, s in engine.stats().items()}
+    return engine.stats()
 
 
-def instance_stats(stats: dict[int, dict]) -> dict:
-    """Per-step means over the instances' loops (ms) and the counts the comparison reads."""
-    total = lambda key: sum(s[key] for s in stats.values())  # noqa: E731
-    per = lambda key, count: 1e3 * total(key) / max(1, count)  # noqa: E731
-    steps, served, calls = total("num_steps"), total("num_served"), total("num_peer_calls")
-    return {"num_steps": {str(i): s["num_steps"] for i, s in sorted(stats.items())},  # per instance
-            **{f"{key[:-2]}_ms": per(key, steps) for key in ("step_s", "control_s", "compute_s", "wait_s",
-                                                             "messaging_s", "reply_wait_s", "peer_call_s",
-                                                             "compute_cpu_s", "control_cpu_s")},
-            "num_served": served, "num_peer_calls": calls, "peer_call_each_ms": per("peer_call_s", calls),
-            "num_partner_calls": total("num_partner_calls"),
-            "serve_ms": per("serve_compute_s", served), "serve_cpu_ms": per("serve_cpu_s", served),
-            **{key: total(key) for key in ("num_moves_accepted", "num_moves_refused", "num_copied_blocks")}}
+def loop_counters(engine: RayEngine) -> dict[int, dict]:
+    """`loop_stats` as dicts, for readers not yet reading them by attribute (repro/sim_vs_real/ray_steps.py,
+    co_run.py); to be removed with them."""
+    return {i: asdict(s) for i, s in loop_stats(engine).items()}
+
+
+def instance_stats(stats: dict[int, LoopStats]) -> dict:
+    """Per-step means over the instances' loops (ms) and the counts the comparison reads, as a results file holds
+    them."""
+    return asdict(StepMeans.of(stats))
 
 
 class RayServer:
@@ -76,23 +74,23 @@ class RayServer:
         self.next_req_id = 0  # request ids stay unique over an engine's life; records get theirs back
 
     def serve(self, requests, config: EngineConfig, *, seed: int = 0,
-              time_limit_s: float = 600.0) -> tuple[ServingRun, dict[int, dict]]:
-        """`requests` against the clock; the records and each instance's loop counters over this workload
-        (loop.py's STAT_KEYS and TIME_KEYS). Raises RequestsFailed when an instance died and some requests no
+              time_limit_s: float = 600.0) -> tuple[ServingRun, dict[int, LoopStats]]:
+        """`requests` against the clock; the records and each instance's loop statistics over this workload.
+        Raises RequestsFailed when an instance died and some requests no
         longer fit (the engine is dropped: the next workload gets a whole one)."""
         engine = self.engines.get(config)
         if engine is None:
             engine = self.engines[config] = RayEngine(config, self.model, self.ray_config, **self.engine_kwargs)
         else:
             engine.resume()
-        before = loop_counters(engine)
+        before = loop_stats(engine)
         offset = self.next_req_id
         self.next_req_id += max((r.req_id for r in requests), default=0) + 1
         renamed = [replace(r, req_id=r.req_id + offset) for r in requests]
         prompts = random_prompts(requests, self.model.config.vocab_size, seed)
         try:
             result = serve_on_clock(engine, renamed, prompts, time_limit_s=time_limit_s)
-            after = loop_counters(engine)
+            after = loop_stats(engine)
         except BaseException:
             self._drop(config)
             raise
@@ -106,8 +104,8 @@ class RayServer:
             engine.pause()  # held until its next workload: an idle engine's loops and rounds still cost CPU
         if failed:
             raise RequestsFailed(failed, len(requests))
-        stats = {i: {k: v - before.get(i, {}).get(k, 0) for k, v in s.items()} for i, s in after.items()}
-        result.num_moved_blocks = sum(s["num_copied_blocks"] for s in stats.values())
+        stats = {i: s - before.get(i, LoopStats()) for i, s in after.items()}
+        result.num_moved_blocks = LoopStats.total(stats.values()).num_copied_blocks
         return result, stats
 
     def _drop(self, config: EngineConfig) -> None:
@@ -119,9 +117,9 @@ class RayServer:
 
 
 def serve(model: LlamaModel, requests, config: EngineConfig, ray_config: RayConfig = RayConfig(), *,
-          seed: int = 0, time_limit_s: float = 600.0) -> tuple[ServingRun, dict[int, dict]]:
+          seed: int = 0, time_limit_s: float = 600.0) -> tuple[ServingRun, dict[int, LoopStats]]:
     """Run `requests` (workloads.Request: arrival_s, prompt_len, output_len) against the clock on Ray actors of a
-    fresh engine; returns the records and each instance's loop counters. Prompts are random token ids from
+    fresh engine; returns the records and each instance's loop statistics. Prompts are random token ids from
     `seed`; each request generates exactly its output_len tokens. Requests the cluster cannot hold are rejected;
     those still running at `time_limit_s` stay unfinished."""
     started = init_ray(ray_config)

@@ -1,0 +1,133 @@
+"""An instance loop's step as a home, on the loop thread: the batch the control phase scheduled, each partner's
+part of the step (a creditor holding rBlocks of a scheduled request, an instance a KV block moves from or to) sent
+in one actor call, then the model with DistAttention over the data plane (step.py), or only the step's KV moves.
+A home waits for its partners' calls of earlier steps here (`wait_served`), never for their loops."""
+import time
+from dataclasses import dataclass
+
+import ray
+import torch
+
+from reference_impl.backends.ray.owned import Owned
+from reference_impl.backends.ray.serve import PartnerWork
+from reference_impl.backends.ray.step import DistStep, HomePlan, Pair, plan_step
+from reference_impl.sequence import Sequence
+
+
+@dataclass(slots=True)
+class Batch:
+    """What the control phase scheduled, for the compute phase (which reads nothing else of the control plane)."""
+
+    seqs: list[Sequence]
+    token_ids: list[int]  # fed this step, flattened
+    positions: list[int]
+    num_new: list[int]  # tokens each sequence feeds
+    plan: HomePlan
+
+
+def make_batch(rm, seqs: list[Sequence], is_prefill: bool, block_size: int) -> Batch:
+    tables = [list(rm.tables[s.req_id]) for s in seqs]
+    num_tokens = [s.num_tokens for s in seqs]
+    num_new = num_tokens if is_prefill else [1] * len(seqs)
+    ids = [t for s in seqs for t in (s.token_ids if is_prefill else s.token_ids[-1:])]
+    positions = [p for n, new in zip(num_tokens, num_new) for p in range(n - new, n)]
+    return Batch(seqs, ids, positions, num_new, plan_step(tables, num_tokens, num_new, block_size, is_prefill))
+
+
+class Exchange(Owned):
+    def __init__(self, loop):
+        self.loop = loop
+        self.pairs: list[Pair] = []  # KV block pairs of this step
+        self.serving: list = []  # the partners' calls of the previous steps not yet seen returned
+        self.num_works: dict[tuple[int, str], int] = {}  # (partner, group) -> works sent to it so far
+
+    def begin(self) -> None:
+        """A new step: no KV block pairs yet, no peer's block read by a move."""
+        self.pairs = []
+        for i, peer in self.loop.rm.peers.items():
+            if i != self.loop.inst_id:
+                peer.moving_sources.clear()
+
+    def copy_blocks(self, pairs) -> None:
+        """Backend hook of `advance_moves` and DGFM: the data moves in this step's exchange with the partners."""
+        me = self.loop.inst_id
+        for s, d in pairs:
+            self.pairs.append((s.inst_id, s.device, s.address, d.inst_id, d.device, d.address))
+            if s.inst_id != me:  # read there in this step: released there once read
+                self.loop.rm.peers[s.inst_id].moving_sources.add((s.device, s.address))
+        self.loop.stats.num_copied_blocks += len(pairs)
+
+    def partner_works(self, plan: HomePlan | None) -> dict[int, PartnerWork]:
+        loop, works = self.loop, {}
+        asks = plan.asks if plan else {}
+        partners = set(asks) | {p[0] for p in self.pairs} | {p[3] for p in self.pairs}
+        partners |= {i for i, p in loop.rm.peers.items() if i != loop.inst_id and p.deferred_releases}
+        for i in sorted(partners - {loop.inst_id}):
+            peer = loop.rm.peers.get(i)
+            if peer is None:
+                continue
+            pairs = [p for p in self.pairs if i in (p[0], p[3])]
+            key = (i, loop.plane.spec.address)
+            number = self.num_works[key] = self.num_works.get(key, -1) + 1
+            works[i] = PartnerWork(loop.inst_id, key[1], asks.get(i), pairs, peer.deferred_releases, number)
+            peer.deferred_releases = []
+        return works
+
+    def run(self, batch: Batch | None, works: dict[int, PartnerWork]) -> list[int] | None:
+        """This step's data plane: the partners' calls, then the model (or only the moves) here; the batch's next
+        tokens (None without a batch)."""
+        loop, stats = self.loop, self.loop.stats
+        t0 = time.perf_counter()
+        self.wait_served(all_steps=False)
+        if works:
+            self.serving.append([loop.handles[i].serve.remote(work) for i, work in works.items()])
+        stats.num_partner_calls += len(works)
+        mine = [p for p in self.pairs if loop.inst_id in (p[0], p[3])]
+        step = DistStep(loop.inst_id, loop.plane, loop.caches, batch and batch.plan, {}, mine, loop.inst_id,
+                        loop.model.config, loop.config.block_size, loop.model.dtype, loop.device)
+        t1, cpu1 = time.perf_counter(), time.thread_time()
+        tokens = None
+        with torch.inference_mode():
+            if batch:
+                tokens = self.forward(batch, step)
+            else:
+                for layer in range(loop.model.config.num_layers):
+                    step.attend(layer)
+        stats.messaging_s += t1 - t0
+        stats.wait_s += step.messaging_s
+        stats.compute_s += time.perf_counter() - t1 - step.messaging_s
+        stats.compute_cpu_s += time.thread_time() - cpu1
+        return tokens
+
+    def wait_served(self, all_steps: bool = True) -> None:
+        """The partner calls of earlier steps are done (a failure raises here). all_steps=False leaves the last
+        step's calls pending: its data plane is complete once this home has every answer, only their returns are
+        left, and a partner serves this home's next work after it (serve.InTurn)."""
+        t0 = time.perf_counter()
+        keep = [] if all_steps or not self.serving else self.serving[-1:]
+        refs = [r for step in self.serving[:len(self.serving) - len(keep)] for r in step]
+        if refs:
+            self.loop.wait_refs(refs)
+            ray.get(refs)
+        if keep:  # those seen returned already: their failures surface now
+            done = ray.wait(keep[0], num_returns=len(keep[0]), timeout=0)[0]
+            ray.get(done)
+            keep = [[r for r in keep[0] if r not in done]]
+        self.serving = [step for step in keep if step]
+        self.loop.stats.reply_wait_s += time.perf_counter() - t0
+
+    def forward(self, batch: Batch, step: DistStep) -> list[int]:
+        loop = self.loop
+        mailbox, model, device = loop.mailbox, loop.model, loop.device
+
+        def attend(layer, q, k, v):
+            mailbox.serve()
+            out = step.attend(layer, q, k, v)
+            mailbox.serve()  # again before the MLP: a peer waiting on a reply from here waits less
+            return out
+
+        hidden = model.forward(torch.tensor(batch.token_ids, device=device),
+                               torch.tensor(batch.positions, device=device), attend)
+        mailbox.serve()
+        last = torch.tensor(batch.num_new, device=device).cumsum(0) - 1
+        return model.logits(hidden[last]).argmax(-1).tolist()
