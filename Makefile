@@ -131,7 +131,7 @@ fig8-distkv: $(STAMP)
 	$(BIN)/repro report
 
 # Each Fig 10 group's max-throughput ratio against prefill attention rate, link, long outputs, batch cap,
-# chunked prefill and a peer call's latency (repro/experiments/sensitivity.py); about 29 min on 2 cores at load 2 with the plateau rule (3
+# chunked prefill and a peer call's latency (repro/experiments/sensitivity/experiment.py); about 29 min on 2 cores at load 2 with the plateau rule (3
 # seeds; SENSITIVITY_PARAMS="--param seeds=1" about two fifths)
 sensitivity: $(STAMP)
 	$(BIN)/repro run --experiment sensitivity $(RUN_FLAGS) $(ON_CLUSTER) $(SENSITIVITY_PARAMS)

@@ -3,7 +3,7 @@ from dataclasses import asdict
 
 from repro.accuracy import accuracy_rows
 from repro.claims import headline_claims
-from repro.experiments.registry import EXPERIMENTS, get_experiment
+from repro.framework.registry import EXPERIMENTS, get_experiment
 from repro.results import load_results
 
 

@@ -11,8 +11,8 @@ import jsonschema
 
 from reference_impl.atomic import check_writable_dir, write_json_atomic
 from reference_impl.errors import InputError
-from repro.experiments.base import Experiment, RunParams
-from repro.experiments.params import fingerprint, overrides, parse_params
+from repro.framework.base import Experiment, RunParams
+from repro.framework.params import fingerprint, overrides, parse_params
 
 RESULT_FILE = "result.json"
 

@@ -58,8 +58,8 @@ def test_cost_model_arithmetic():
 
 
 def test_experiment_quick_result_and_claims(tmp_path):
-    from repro.experiments.registry import get_experiment
-    from repro.experiments.base import RunParams
+    from repro.framework.registry import get_experiment
+    from repro.framework.base import RunParams
     from repro.results import load_results, run_and_save
 
     exp = get_experiment("attention-micro")

@@ -208,7 +208,7 @@ def test_changed_param_is_a_new_run_and_same_id_other_params_is_an_error(in_tmp,
 
 
 def test_written_files_follow_the_umask(in_tmp, capsys):
-    from repro.experiments.figures import new_figure, save
+    from repro.framework.figures import new_figure, save
     old = os.umask(0o027)
     try:
         main(["workloads", "generate", "--trace", "1", "--rate", "1", "--num-requests", "3", "--out", "w.jsonl"])

@@ -10,8 +10,8 @@ from reference_impl.gmanager import GManager
 from reference_impl.protocol import Heartbeat, InstanceStatus, RequestPlacementEntry as Entry
 from reference_impl.sim.config import SimConfig, sim_engine
 from reference_impl.sim.simulator import simulate
-from repro.experiments.base import RunParams
-from repro.experiments.registry import get_experiment
+from repro.framework.base import RunParams
+from repro.framework.registry import get_experiment
 from repro.results import load_results, run_and_save
 from workloads.request import Request
 

@@ -5,7 +5,7 @@ import pytest
 
 from reference_impl.calibration import CalibratedPerfModel
 from repro.experiments import lamina
-from repro.experiments.base import RunParams
+from repro.framework.base import RunParams
 from repro.results import load_results, run_and_save
 
 

@@ -2,9 +2,9 @@
 default run, and a slower prefill lowering every system's plateau."""
 import json
 
-from repro.experiments.base import RunParams
-from repro.experiments.registry import get_experiment
-from repro.experiments.sensitivity import ARMS, DEFAULTS, arm_group, owners
+from repro.framework.base import RunParams
+from repro.framework.registry import get_experiment
+from repro.experiments.sensitivity.experiment import ARMS, DEFAULTS, arm_group, owners
 from repro.results import load_results, run_and_save
 
 
@@ -32,7 +32,7 @@ def test_sensitivity_quick_arms_defaults_and_direction(tmp_path):
 def test_runs_that_cannot_differ_run_once():
     """Each input's default arm is one climb; a baseline (no pooling) climbs once for all link and peer-call
     arms; every other arm and system climbs on its own."""
-    from repro.experiments.base import RunParams as P
+    from repro.framework.base import RunParams as P
     from repro.experiments.e2e import curve_groups, sizes
     from reference_impl.links import DEFAULT_LINK
     params = P(quick=True, extra={"traces": "0,3"})
@@ -50,7 +50,7 @@ def test_runs_that_cannot_differ_run_once():
 
 
 def test_a_batch_cap_arm_reads_the_default_caps_point_only_below_both_caps():
-    from repro.experiments.sensitivity import cap_twin_point
+    from repro.experiments.sensitivity.experiment import cap_twin_point
     from repro.serving.tasks import PointTask
     from reference_impl.sim.config import sim_engine
     from reference_impl.sim.systems import cluster

@@ -7,8 +7,8 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from repro.experiments.base import RunParams
-from repro.experiments.registry import get_experiment
+from repro.framework.base import RunParams
+from repro.framework.registry import get_experiment
 from repro.results import load_results, run_and_save
 
 QUIET = dict(log=lambda message: None)

@@ -4,8 +4,8 @@ import pytest
 from reference_impl.calibration import CalibratedPerfModel
 from reference_impl.errors import InputError
 from reference_impl.perf_model import InstanceLoad, step_time_s
-from repro.experiments.base import RunParams
-from repro.experiments.registry import get_experiment
+from repro.framework.base import RunParams
+from repro.framework.registry import get_experiment
 from repro.results import load_results, run_and_save
 
 

@@ -2,7 +2,7 @@
 import pytest
 
 from reference_impl.errors import InputError
-from repro.migration.model import LinearStep, MigrationComparator, MigrationSetting
+from repro.experiments.migration.model import LinearStep, MigrationComparator, MigrationSetting
 
 LLAMA2_7B_BYTES = 2 * (32 * (4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096) + 2 * 32000 * 4096)
 
@@ -81,8 +81,8 @@ def test_bad_lengths(comp):
 
 
 def test_experiment_result_claims_and_bad_param(tmp_path):
-    from repro.experiments.base import RunParams
-    from repro.experiments.registry import get_experiment
+    from repro.framework.base import RunParams
+    from repro.framework.registry import get_experiment
     from repro.results import load_results, run_and_save
 
     exp = get_experiment("migration")

@@ -7,9 +7,9 @@ import click
 import pytest
 
 from reference_impl.errors import InputError
-from repro.experiments.base import Experiment, RunParams, default_run_id
-from repro.experiments.params import Param, fingerprint, positive_int
-from repro.experiments.registry import EXPERIMENTS, get_experiment
+from repro.framework.base import Experiment, RunParams, default_run_id
+from repro.framework.params import Param, fingerprint, positive_int
+from repro.framework.registry import EXPERIMENTS, get_experiment
 from repro.results import resolve_params, run_and_save
 
 @pytest.mark.parametrize("name", sorted(EXPERIMENTS))
@@ -86,13 +86,13 @@ def test_progress_log_prints_every_message_with_or_without_a_bar(monkeypatch, ca
 
 
 def test_every_registered_experiment_imports_and_lists_its_params():
-    from repro.experiments.params import describe_params
+    from repro.framework.params import describe_params
     for name in EXPERIMENTS:
         assert describe_params(get_experiment(name)).startswith(name)
 
 
 def test_figures_show_the_default_run_not_a_later_non_default_one():
-    from repro.experiments.figures import main_result
+    from repro.framework.figures import main_result
     runs = [{"run_id": rid, "params": {"quick": quick, "overrides": over}}
             for rid, quick, over in (("sim-full-seed0", False, {}), ("sim-full-seed0-pab", False, {"link": "0.125"}),
                                      ("sim-quick-seed0", True, {}))]

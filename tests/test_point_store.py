@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from repro.experiments.base import RunParams
-from repro.experiments.registry import get_experiment
+from repro.framework.base import RunParams
+from repro.framework.registry import get_experiment
 from repro.serving import keys
 from repro.serving.store import PointStore
 from repro.serving.sweep import Sweep
@@ -71,7 +71,7 @@ def test_the_key_moves_with_every_input_of_a_point():
 def _prefill_runner():
     from functools import partial
 
-    from repro.experiments.sensitivity import point_with_prefill
+    from repro.experiments.sensitivity.experiment import point_with_prefill
     return partial(point_with_prefill, 1e14)
 
 

@@ -8,14 +8,14 @@ from click.testing import CliRunner
 
 from reference_impl.errors import InputError
 from repro.claims import headline_claims
-from repro.experiments import registry
-from repro.experiments.base import RunParams
+from repro.framework import registry
+from repro.framework.base import RunParams
 from repro.report import build_report
 from repro.results import load_results, result_path, run_and_save
 
 TOY = textwrap.dedent('''
-    from repro.experiments.base import ClaimRow, Experiment, default_run_id
-    from repro.experiments.params import Param, boolean
+    from repro.framework.base import ClaimRow, Experiment, default_run_id
+    from repro.framework.params import Param, boolean
 
     CALLS = []
 

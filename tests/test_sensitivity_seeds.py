@@ -6,7 +6,7 @@ from functools import partial
 
 import pytest
 
-from repro.experiments.sensitivity import climb_seed, reading_rates
+from repro.experiments.sensitivity.experiment import climb_seed, reading_rates
 from repro.serving.curves import CurveGroup
 from repro.serving.plateau import max_tput_tok_s, reaches_plateau
 from repro.serving.sweep import in_process

@@ -4,8 +4,8 @@ MAX_EXTENSIONS times); on an e2e --quick run the curves reach it and max through
 import numpy as np
 import pytest
 
-from repro.experiments.base import RunParams
-from repro.experiments.registry import get_experiment
+from repro.framework.base import RunParams
+from repro.framework.registry import get_experiment
 from repro.serving.tasks import PointTask
 from repro.serving.plateau import (MAX_EXTENSIONS, PLATEAU_GROWTH, PLATEAU_TOL, Climb,
                                                extend_to_plateau, reaches_plateau, top_rise)

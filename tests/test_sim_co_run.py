@@ -1,5 +1,5 @@
 """Instances sharing the machine's cores in the simulator (EngineCosts.co_run_slowdown, measured by
-sim-vs-real's pooled arm, repro/sim_vs_real/co_run.py): a step computes that much slower while every other
+sim-vs-real's pooled arm, repro/experiments/sim_vs_real/co_run.py): a step computes that much slower while every other
 instance computes, not at all while they idle, and a calibration without it simulates as before."""
 import json
 

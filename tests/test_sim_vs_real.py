@@ -4,9 +4,9 @@ import json
 import numpy as np
 import pytest
 
-from repro.experiments.base import RunParams
-from repro.experiments.registry import get_experiment
-from repro.sim_vs_real.points import error_table, make_points
+from repro.framework.base import RunParams
+from repro.framework.registry import get_experiment
+from repro.experiments.sim_vs_real.points import error_table, make_points
 from repro.results import run_and_save
 
 

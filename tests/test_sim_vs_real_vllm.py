@@ -9,7 +9,7 @@ from reference_impl.calibration.engine_steps import DecodeStep, PrefillStep, fit
 from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.calibration.specs import model_spec
 from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
-from repro.experiments.base import RunParams
+from repro.framework.base import RunParams
 
 MODEL = "llama-tiny"
 HW = "test-cpu"
@@ -110,7 +110,7 @@ def test_grid_rounds_and_steps_line_up():
 
 
 def test_without_vllm_the_arm_is_skipped_with_the_reason(monkeypatch, tmp_path):
-    from repro.experiments.sim_vs_real import _vllm_status, run_id
+    from repro.experiments.sim_vs_real.experiment import _vllm_status, run_id
 
     monkeypatch.setenv("VLLM_PYTHON", str(tmp_path / "no-python"))
     why = _vllm_status("auto", "cpu")
@@ -132,7 +132,7 @@ def test_bad_vllm_param_is_one_line(tmp_path, capsys):
 
 def test_steps_to_first_token_counts_the_steps_a_request_waits_on_a_busy_engine():
     from reference_impl.serving.records import FINISHED, RequestRecord, ServingRun
-    from repro.sim_vs_real.vllm_arm import steps_to_first_token
+    from repro.experiments.sim_vs_real.vllm_arm import steps_to_first_token
 
     # steps end every 10 ms; request 0 decodes throughout; 1 arrives at 12 ms and gets its token at 30 ms (2
     # steps: the one in flight, then its own); 2 arrives at 41 ms and waits one step more (token at 70 ms)

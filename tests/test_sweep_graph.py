@@ -9,8 +9,8 @@ import random
 import pytest
 
 from repro.benchmarks.schedule import critical_path, schedule_s
-from repro.experiments.base import RunParams
-from repro.experiments.registry import get_experiment
+from repro.framework.base import RunParams
+from repro.framework.registry import get_experiment
 
 
 def _random_dag(rng: random.Random, n: int):

@@ -257,7 +257,7 @@ def test_serve_local_honours_arrivals_matches_generate_and_rejects_what_fits_now
 
 def test_real_e2e_params_and_workloads():
     from baselines.real_vllm.e2e import QUICK, RealE2EConfig, config_from_params, trace_requests
-    from repro.experiments.base import RunParams
+    from repro.framework.base import RunParams
 
     assert config_from_params(RunParams(quick=True, seed=4)) == RealE2EConfig(**{**_fields(QUICK), "seed": 4})
     cfg = config_from_params(RunParams(extra={"rates": "1,3.5", "traces": "0,2", "num_requests": "5"}))

@@ -1,7 +1,7 @@
 """EngineCosts: what a particular engine implementation costs beyond what hardware profiles and datasheets give.
 
 Measured on the Ray engine of the machine at hand by sim-vs-real's pooled arm, which writes them into that
-machine's calibration file (repro/sim_vs_real/calibration.py); the committed A100/H100 calibrations have no engine
+machine's calibration file (repro/experiments/sim_vs_real/calibration.py); the committed A100/H100 calibrations have no engine
 and no such entries, so the simulator's default is zero (no cost) and 1 (no slowdown).
 """
 from dataclasses import dataclass

@@ -8,9 +8,9 @@ and the 2xTP4 DistAttention vs TP8 breakdown at 300K-600K (repro/attention/cost_
 import pandas as pd
 
 from repro.attention.cost_model import AttentionCostModel, total_s
-from repro.experiments.base import ClaimRow, Experiment, default_run_id
-from repro.experiments.figures import main_result, new_figure, save
-from repro.experiments.params import Param, positive_int, positive_int_list
+from repro.framework.base import ClaimRow, Experiment, default_run_id
+from repro.framework.figures import main_result, new_figure, save
+from repro.framework.params import Param, positive_int, positive_int_list
 
 WORLD = 4
 MODEL_CONTEXTS = [4096 * 2**i for i in range(7)]  # 4K .. 256K

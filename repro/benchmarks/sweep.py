@@ -115,8 +115,8 @@ def measure_overheads(log) -> dict:
 
 def record_graphs(log) -> list[dict]:
     """The quick figure set's nodes: the point graphs of GRAPH_EXPERIMENTS, one node per SINGLE_EXPERIMENTS."""
-    from repro.experiments.base import RunParams
-    from repro.experiments.registry import get_experiment
+    from repro.framework.base import RunParams
+    from repro.framework.registry import get_experiment
     nodes = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in GRAPH_EXPERIMENTS:

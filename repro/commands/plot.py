@@ -1,6 +1,6 @@
 import click
 
-from repro.experiments.registry import EXPERIMENTS
+from repro.framework.registry import EXPERIMENTS
 
 
 @click.command()
@@ -11,7 +11,7 @@ from repro.experiments.registry import EXPERIMENTS
 def plot(names, results_dir, figures_dir):
     """Draw figures (PNG and PDF) from saved results only."""
     from reference_impl.atomic import check_writable_dir
-    from repro.experiments.registry import get_experiment
+    from repro.framework.registry import get_experiment
     from repro.results import load_results
 
     check_writable_dir(figures_dir, "--figures-dir")

@@ -1,6 +1,6 @@
 import click
 
-from repro.experiments.registry import EXPERIMENTS
+from repro.framework.registry import EXPERIMENTS
 from repro.options import seed_option
 
 BACKENDS = ("sim", "local", "ray", "vllm")
@@ -20,8 +20,8 @@ def parse_params(pairs: tuple[str, ...]) -> dict:
 
 
 def _params_text(name: str) -> str:
-    from repro.experiments.params import describe_params
-    from repro.experiments.registry import get_experiment
+    from repro.framework.params import describe_params
+    from repro.framework.registry import get_experiment
 
     return describe_params(get_experiment(name))
 
@@ -72,8 +72,8 @@ class RunCommand(click.Command):
 def run(name, backend, quick, seed, address, params, run_id, results_dir, force):
     """Run an experiment and write results/<experiment>/<run-id>/result.json."""
     from repro.exit_codes import exit_on_failed_requests
-    from repro.experiments.base import RunParams
-    from repro.experiments.registry import get_experiment
+    from repro.framework.base import RunParams
+    from repro.framework.registry import get_experiment
     from repro.progress import progress_log
     from repro.results import run_and_save
     from repro.serving.sweep import sweeps_points

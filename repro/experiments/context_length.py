@@ -13,9 +13,9 @@ from reference_impl.serving.records import tpot_s
 from reference_impl.sim.config import blocks_per_instance, sim_engine, with_engine
 from reference_impl.sim.simulator import simulate
 from reference_impl.sim.systems import cluster, system_config
-from repro.experiments.base import ClaimRow, Experiment, default_run_id
-from repro.experiments.figures import main_result
-from repro.experiments.params import LINK_HELP, Param, link
+from repro.framework.base import ClaimRow, Experiment, default_run_id
+from repro.framework.figures import main_result
+from repro.framework.params import LINK_HELP, Param, link
 from repro.serving.sweep import open_sweep, sweep_params
 from repro.serving.tasks import typed
 from workloads.request import Request
@@ -117,7 +117,7 @@ def claims(results) -> list[ClaimRow]:
 def plot(results, figures_dir) -> list[str]:
     import pandas as pd
 
-    from repro.experiments.figures import plt, save, sns
+    from repro.framework.figures import plt, save, sns
     from repro.serving.plots import PALETTE
 
     settings = main_result(results)["data"]["settings"]

@@ -11,8 +11,8 @@ grid from probes of half a point's requests (`--param long_probe_fraction=1`: wh
 """
 from functools import partial
 
-from repro.experiments.base import ClaimRow, Experiment, default_run_id
-from repro.experiments.params import LINK_HELP, Param, fraction, int_list, link
+from repro.framework.base import ClaimRow, Experiment, default_run_id
+from repro.framework.params import LINK_HELP, Param, fraction, int_list, link
 from repro.serving.sweep import open_sweep, sweep_params
 from repro.serving.tasks import typed, workload
 from repro.serving.curves import LONG_PROBE_FRACTION, CurveGroup, curves
@@ -108,7 +108,7 @@ PAPER = {"10a": ("e2e-vs-vllm-m", "1.35x-1.73x", 1.35, 1.73), "10b": ("e2e-vs-vl
 
 
 def claims(results) -> list[ClaimRow]:
-    from repro.experiments.figures import main_result
+    from repro.framework.figures import main_result
     from repro.serving.claims import claim_note
     result = main_result(_not_vllm(results))
     rows = []
@@ -123,7 +123,7 @@ def claims(results) -> list[ClaimRow]:
 
 
 def plot(results, figures_dir) -> list[str]:
-    from repro.experiments.figures import main_result
+    from repro.framework.figures import main_result
     from repro.serving.plots import plot_curves
     return plot_curves(main_result(_not_vllm(results))["data"]["groups"], figures_dir, "infinite-llm-fig", "trace")
 

@@ -7,9 +7,9 @@ point by default (the paper used 1000: `--param num_requests=1000`, make fig8-di
 """
 from functools import partial
 
-from repro.experiments.base import ClaimRow, Experiment, default_run_id
-from repro.experiments.figures import main_result
-from repro.experiments.params import LINK_HELP, Param, fraction, int_list, link
+from repro.framework.base import ClaimRow, Experiment, default_run_id
+from repro.framework.figures import main_result
+from repro.framework.params import LINK_HELP, Param, fraction, int_list, link
 from repro.serving.sweep import open_sweep, sweep_params
 from repro.serving.tasks import typed, workload
 from repro.serving.curves import LONG_PROBE_FRACTION, CurveGroup, curves

@@ -15,9 +15,9 @@ import pandas as pd
 from reference_impl.calibration import CalibratedPerfModel
 from reference_impl.links import INTER_NODE, INTRA_NODE
 from reference_impl.perf_model import InstanceLoad, step_time_s
-from repro.experiments.base import ClaimRow, Experiment, default_run_id
-from repro.experiments.figures import main_result, new_figure, save
-from repro.experiments.params import Param, positive_int
+from repro.framework.base import ClaimRow, Experiment, default_run_id
+from repro.framework.figures import main_result, new_figure, save
+from repro.framework.params import Param, positive_int
 
 MOVE_TOKENS = [0, 8, 16, 32, 64]
 LINKS = [INTRA_NODE, INTER_NODE, "0.125"]

@@ -23,8 +23,8 @@ from reference_impl.calibration import CalibratedPerfModel
 from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.errors import InputError
 from reference_impl.perf_model import InstanceLoad, step_time_s
-from repro.experiments.base import ClaimRow, Experiment, default_run_id
-from repro.experiments.figures import main_result, new_figure, save
+from repro.framework.base import ClaimRow, Experiment, default_run_id
+from repro.framework.figures import main_result, new_figure, save
 
 GPU = "A100-80GB-SXM"
 MODELS = ("llama2-13b", "llama2-70b")
@@ -180,7 +180,7 @@ def claims(results) -> list[ClaimRow]:
 def plot(results, figures_dir) -> list[str]:
     import pandas as pd
 
-    from repro.experiments.figures import sns
+    from repro.framework.figures import sns
 
     data = main_result(results)["data"]
     frame = pd.DataFrame(data["rows"])

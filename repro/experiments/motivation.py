@@ -12,8 +12,8 @@ import pandas as pd
 from reference_impl.calibration import CalibratedPerfModel
 from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.perf_model import InstanceLoad, step_time_s
-from repro.experiments.base import ClaimRow, Experiment, default_run_id
-from repro.experiments.figures import main_result, new_figure, save
+from repro.framework.base import ClaimRow, Experiment, default_run_id
+from repro.framework.figures import main_result, new_figure, save
 
 GPU, MODEL = "A100-80GB-SXM", "llama2-7b"
 MAX_BATCH = 256  # vLLM's default max_num_seqs

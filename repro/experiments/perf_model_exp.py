@@ -16,9 +16,9 @@ from reference_impl.serving.records import RequestRecord
 from reference_impl.sim.backend import SimBackend, build_engine
 from reference_impl.sim.config import SimConfig, blocks_per_instance, sim_engine
 from reference_impl.sim.events import PromptIds
-from repro.experiments.base import ClaimRow, Experiment, default_run_id
-from repro.experiments.figures import main_result
-from repro.experiments.params import LINK_HELP, Param, link, positive_int
+from repro.framework.base import ClaimRow, Experiment, default_run_id
+from repro.framework.figures import main_result
+from repro.framework.params import LINK_HELP, Param, link, positive_int
 
 SHORT_LEN = 500
 CREDITOR_BATCH = 64
@@ -130,7 +130,7 @@ def claims(results) -> list[ClaimRow]:
 def plot(results, figures_dir) -> list[str]:
     import pandas as pd
 
-    from repro.experiments.figures import new_figure, save, sns
+    from repro.framework.figures import new_figure, save, sns
 
     data = main_result(results)["data"]
     frames = []

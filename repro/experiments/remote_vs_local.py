@@ -16,8 +16,8 @@ from reference_impl.links import INTER_NODE, INTRA_NODE
 from repro.attention.cost_model import AttentionCostModel
 from repro.attention.dist import pack, paged, unpack
 from repro.attention.ranks import run_ranks
-from repro.experiments.base import ClaimRow, Experiment, default_run_id
-from repro.experiments.figures import main_result, new_figure, save
+from repro.framework.base import ClaimRow, Experiment, default_run_id
+from repro.framework.figures import main_result, new_figure, save
 
 HEADS, HEAD_DIM, BLOCK = 40, 128, 16
 MODEL_TOKENS = [1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000]

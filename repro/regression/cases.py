@@ -5,8 +5,8 @@ that redraws them."""
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from repro.experiments.base import RunParams
-from repro.experiments.registry import get_experiment
+from repro.framework.base import RunParams
+from repro.framework.registry import get_experiment
 
 Numbers = dict[str, float | None]
 

@@ -17,7 +17,7 @@ from functools import partial
 
 import numpy as np
 
-from repro.experiments.params import Param, fraction, int_list
+from repro.framework.params import Param, fraction, int_list
 from repro.load import load_1m
 from repro.serving.tasks import workload
 from repro.serving.curves import CurveGroup, run_curves

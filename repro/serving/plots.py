@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 
-from repro.experiments.figures import new_figure, plt, save
+from repro.framework.figures import new_figure, plt, save
 
 PALETTE = {"infinite-llm": "tab:blue", "vllm-m": "tab:green", "vllm-s": "tab:red"}
 

@@ -19,7 +19,7 @@ from functools import partial
 
 from reference_impl.atomic import write_json_atomic
 
-from repro.experiments.params import Param
+from repro.framework.params import Param
 from repro.progress import live_bar
 from repro.serving.executors import InProcess, make_executor
 from repro.serving.keys import Unkeyable, job_fields, point_fields, point_key, requests_sha256

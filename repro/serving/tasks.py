@@ -147,7 +147,7 @@ def typed(name: str, declared: tuple, params):
     an experiment's run with raw strings gets the same values)."""
     from dataclasses import replace
 
-    from repro.experiments.params import parse_params
+    from repro.framework.params import parse_params
     return replace(params, extra=parse_params(name, declared, params.extra, params.backend))
 
 

@@ -50,8 +50,8 @@ def run(size, device: torch.device) -> dict:
     from reference_impl.sim.config import SimConfig, sim_engine
     from reference_impl.sim.simulator import simulate
     from repro.serving.tasks import workload
-    from repro.sim_vs_real.calibration import calibrate
-    from repro.sim_vs_real.points import run_summary
+    from repro.experiments.sim_vs_real.calibration import calibrate
+    from repro.experiments.sim_vs_real.points import run_summary
     from workloads.scaling import scale_to_longest
 
     spec = model_spec(size.model)

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from repro.experiments.base import RunParams
-from repro.experiments.registry import get_experiment
+from repro.framework.base import RunParams
+from repro.framework.registry import get_experiment
 from repro.results import run_and_save
 
 pytestmark = pytest.mark.vllm

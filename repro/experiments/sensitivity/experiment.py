@@ -35,10 +35,10 @@ from functools import partial
 
 import numpy as np
 
-from repro.experiments.base import ClaimRow, Experiment, RunParams, default_run_id
+from repro.framework.base import ClaimRow, Experiment, RunParams, default_run_id
 from repro.experiments.e2e import GPU, PAPER, curve_groups, sizes
-from repro.experiments.figures import main_result
-from repro.experiments.params import Param, int_list
+from repro.framework.figures import main_result
+from repro.framework.params import Param, int_list
 from repro.serving.sweep import open_sweep, sweep_params
 from repro.serving.tasks import PointTask, run_point, typed
 from repro.serving.curves import CurveGroup, find_saturation, probe_spec
@@ -316,7 +316,7 @@ def _largest_moves(data: list[dict], panel: str, claim_id: str, paper: str, low:
 
 
 def plot(results, figures_dir) -> list[str]:
-    from repro.experiments.sensitivity_plot import plot_sensitivity
+    from repro.experiments.sensitivity.plot import plot_sensitivity
     return plot_sensitivity(main_result(results)["data"], figures_dir)
 
 

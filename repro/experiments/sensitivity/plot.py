@@ -1,7 +1,7 @@
 """The sensitivity figure: per input, each Fig 10 group's max-throughput ratio over the input's arms."""
 import numpy as np
 
-from repro.experiments.figures import new_figure, save
+from repro.framework.figures import new_figure, save
 
 PANEL_RANGE = {"10a": (1.35, 1.73), "10b": (1.4, 3.4)}
 

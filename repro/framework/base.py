@@ -46,7 +46,7 @@ class Experiment:
     plot: Callable[[list[dict], str], list[str]] | None = None  # (results, figures_dir) -> files written
     claims: Callable[[list[dict]], list[ClaimRow]] | None = None
     backends: tuple[str, ...] = ("sim",)
-    params: tuple = ()  # the `--param` keys it takes (repro/experiments/params.py Param); (): none
+    params: tuple = ()  # the `--param` keys it takes (repro/framework/params.py Param); (): none
 
 
 def default_run_id(params: RunParams) -> str:

@@ -8,8 +8,8 @@ on this machine just before: `repro profile`'s measurements, the engine's per-st
 included (calibration/profile_overhead.py), measured again just before each run, so that a prediction and its
 measurement see about the same load on the shared machine; a point is the median of repeats, the measured spread is kept, and the
 error is the predicted median against the measured median. Real vLLM is a second measured system where
-`.venv-vllm` exists (repro/sim_vs_real/vllm_arm.py: against the simulator's vLLM-M policy, on the wall clock);
-elsewhere, or with --param vllm=off, it is recorded as skipped. The pooled arm (repro/sim_vs_real/pooled.py) serves
+`.venv-vllm` exists (repro/experiments/sim_vs_real/vllm_arm.py: against the simulator's vLLM-M policy, on the wall clock);
+elsewhere, or with --param vllm=off, it is recorded as skipped. The pooled arm (repro/experiments/sim_vs_real/pooled.py) serves
 a trace scaled so its long requests outgrow one instance on several Ray instances, Infinite-LLM (KV pooled) against
 vLLM-M, and simulates the same with the machine's gloo link measured beside the profile; where Ray or the cores are
 missing, or with --param pooled=off, it is recorded as skipped.
@@ -23,11 +23,11 @@ import torch
 
 from reference_impl.backends.clock import CLOCKS
 from reference_impl.errors import InputError
-from repro.experiments.base import Experiment, RunParams, default_run_id
-from repro.experiments.params import Param, float_list
+from repro.framework.base import Experiment, RunParams, default_run_id
+from repro.framework.params import Param, float_list
 from repro.load import load_1m
-from repro.sim_vs_real.calibration import calibrate, calibration_record
-from repro.sim_vs_real.points import error_table, make_points, plot, run_summary
+from repro.experiments.sim_vs_real.calibration import calibrate, calibration_record
+from repro.experiments.sim_vs_real.points import error_table, make_points, plot, run_summary
 from repro.progress import progress
 
 SYSTEM = "infinite-llm"  # the local engine: one instance, so no pooling partner (vLLM-M behaves the same)
@@ -168,7 +168,7 @@ def run(params: RunParams, log) -> dict:
                     f"{predicted.output_tok_s:.1f}; TTFT {_ms(measured.mean_ttft_s)} vs {_ms(predicted.mean_ttft_s)}"
                     f" ms; TPOT {_ms(measured.mean_tpot_s)} vs {_ms(predicted.mean_tpot_s)} ms; load {loads[-1]}")
             if vllm_status is None:
-                from repro.sim_vs_real.vllm_arm import run_arm
+                from repro.experiments.sim_vs_real.vllm_arm import run_arm
 
                 arm = run_arm(spec, make, rates, max_batch=max_batch, max_tokens=max_tokens, repeats=repeats,
                               threads=extra["threads"], seed=params.seed, quick=params.quick, folder=Path(tmp),
@@ -215,7 +215,7 @@ def _pooled_status(mode: str, device_type: str, num_instances: int) -> str | Non
 
 
 def _run_pooled(spec, extra: dict, size: dict, repeats: int, params: RunParams, folder: Path, log) -> dict:
-    from repro.sim_vs_real.pooled import PooledSetup, run_pooled_arm
+    from repro.experiments.sim_vs_real.pooled import PooledSetup, run_pooled_arm
     from workloads.scaling import max_tokens_for, scale_factor, scale_requests
 
     num_requests = extra.get("pooled_requests") or size["pooled_requests"]
@@ -243,7 +243,7 @@ def _vllm_status(mode: str, device_type: str) -> str | None:
         return "skipped: --param vllm=off"
     if device_type != "cpu":
         return f"skipped: the vLLM arm runs vLLM's CPU build only (the engine runs on {device_type})"
-    from repro.sim_vs_real.vllm_arm import vllm_unavailable
+    from repro.experiments.sim_vs_real.vllm_arm import vllm_unavailable
 
     why = vllm_unavailable()
     return None if why is None else f"skipped: {why}"

@@ -86,5 +86,5 @@ def add_ray_steps(path: Path, model: str, steps) -> None:
     decode, prefill = steps
     doc = fit_engine_steps(json.loads(path.read_text()), CPU_HARDWARE, model, decode, prefill,
                            kv_batch=None, engine="the Ray engine (one instance, alone)",
-                           source="Ray engine steps on this machine, loop CPU time (repro/sim_vs_real/ray_steps.py)")
+                           source="Ray engine steps on this machine, loop CPU time (repro/experiments/sim_vs_real/ray_steps.py)")
     path.write_text(dumps(doc))

@@ -5,7 +5,7 @@ from reference_impl.errors import InputError
 
 EXPERIMENTS = {
     "attention-micro": "repro.attention.experiment",
-    "migration": "repro.migration.experiment",
+    "migration": "repro.experiments.migration.experiment",
     "kv-move": "repro.experiments.kv_move",
     "remote-vs-local": "repro.experiments.remote_vs_local",
     "motivation": "repro.experiments.motivation",
@@ -15,8 +15,8 @@ EXPERIMENTS = {
     "perf-model": "repro.experiments.perf_model_exp",
     "dgfm": "repro.experiments.dgfm",
     "lamina": "repro.experiments.lamina",
-    "sim-vs-real": "repro.experiments.sim_vs_real",
-    "sensitivity": "repro.experiments.sensitivity",
+    "sim-vs-real": "repro.experiments.sim_vs_real.experiment",
+    "sensitivity": "repro.experiments.sensitivity.experiment",
 }
 
 

@@ -118,7 +118,7 @@ def draw_points(points: list[dict], metrics=METRICS):
     """A figure of one panel per metric: measured and predicted medians by rate, bars from min to max."""
     import pandas as pd
 
-    from repro.experiments.figures import new_figure, sns
+    from repro.framework.figures import new_figure, sns
 
     rows = []
     for p in points:
@@ -147,7 +147,7 @@ def draw_points(points: list[dict], metrics=METRICS):
 
 
 def plot(results, figures_dir) -> list[str]:
-    from repro.experiments.figures import main_result, save
+    from repro.framework.figures import main_result, save
 
     data = main_result(results)["data"]
     fig = draw_points(data["points"])

@@ -30,11 +30,11 @@ import numpy as np
 from reference_impl.serving.records import REJECTED
 from repro.load import load_1m
 from repro.progress import progress
-from repro.sim_vs_real.calibration import (CPU_HARDWARE, add_engine_costs, add_measured_link, add_ray_steps,
+from repro.experiments.sim_vs_real.calibration import (CPU_HARDWARE, add_engine_costs, add_measured_link, add_ray_steps,
                                            calibrate, calibration_record, context_tokens, overhead_batches)
-from repro.sim_vs_real.co_run import measure_co_run
-from repro.sim_vs_real.ray_steps import RaySteps
-from repro.sim_vs_real.points import make_points, run_summary
+from repro.experiments.sim_vs_real.co_run import measure_co_run
+from repro.experiments.sim_vs_real.ray_steps import RaySteps
+from repro.experiments.sim_vs_real.points import make_points, run_summary
 
 SYSTEMS = ("infinite-llm", "vllm-m")
 # The profile's ops are timed in process CPU time: on a shared machine wall-clock medians of the same op moved 40x

@@ -1,4 +1,4 @@
-"""migration: distkv-llm Fig 9, live migration vs borrowing a neighbour's memory (repro.migration.model.py).
+"""migration: distkv-llm Fig 9, live migration vs borrowing a neighbour's memory (repro.experiments.migration.model.py).
 
 LLaMA2-7B on one A100, capacity C from the calibrated memory model. The paper's (prompt, output) pairs
 all end at 110K tokens, 2K past the paper's 108K capacity; with `align` (default) the prompts are shifted
@@ -9,10 +9,10 @@ from dataclasses import asdict, fields
 
 import pandas as pd
 
-from repro.migration.model import MigrationComparator, MigrationSetting
-from repro.experiments.base import ClaimRow, Experiment, default_run_id
-from repro.experiments.figures import main_result, new_figure, save
-from repro.experiments.params import Param, boolean, link, positive_float
+from repro.experiments.migration.model import MigrationComparator, MigrationSetting
+from repro.framework.base import ClaimRow, Experiment, default_run_id
+from repro.framework.figures import main_result, new_figure, save
+from repro.framework.params import Param, boolean, link, positive_float
 
 PAPER_CASES = [(105_000, 5_000), (100_000, 10_000), (90_000, 20_000), (80_000, 30_000)]
 PAPER_CAPACITY_TOKENS = 108_000  # distkv-llm section 6.3: defines the workload shape only

@@ -108,7 +108,7 @@ def run_arm(spec, make_requests, rates, *, max_batch: int, max_tokens: int, repe
     from reference_impl.sim.config import SimConfig, sim_engine
     from reference_impl.sim.simulator import simulate
     from reference_impl.sim.systems import system_config
-    from repro.sim_vs_real.points import run_summary
+    from repro.experiments.sim_vs_real.points import run_summary
 
     blocks = max_batch * blocks_for(max_tokens, BLOCK_SIZE)  # every running request fits: no preemption
     setup = VllmSetup(SYSTEM, 1, block_size=BLOCK_SIZE, blocks_per_engine=blocks,
