@@ -224,8 +224,8 @@ def test_ray_systems_are_the_simulators_policies_over_the_same_rblocks():
 
 
 def test_e2e_quick_on_ray_validates_against_the_schema(tmp_path):
-    from repro.experiments.base import RunParams
-    from repro.experiments.registry import get_experiment
+    from repro.framework.base import RunParams
+    from repro.framework.registry import get_experiment
     from repro.results import load_results, run_and_save
 
     exp = get_experiment("e2e")
@@ -402,8 +402,8 @@ def test_bench_ray_device_time_scaling_and_pooled_runs(tmp_path):
 def test_sim_vs_real_pooled_arm_measures_and_predicts_both_systems(tmp_path):
     """sim-vs-real's pooled arm on the module's Ray: both systems on 2 instances, measured and simulated, with the
     gloo link measured into the calibration the simulator reads."""
-    from repro.experiments.base import RunParams
-    from repro.experiments.registry import get_experiment
+    from repro.framework.base import RunParams
+    from repro.framework.registry import get_experiment
     from repro.results import load_results, run_and_save
 
     exp = get_experiment("sim-vs-real")
@@ -445,8 +445,8 @@ def test_the_ray_engines_steps_calibrate_the_step_overhead(tmp_path):
     and a prefill step per batch and repeat, in the loop's CPU time, fitted over the op-level layer terms."""
     from reference_impl.calibration.model import CalibratedPerfModel
     from reference_impl.perf_model import InstanceLoad, step_time_s
-    from repro.sim_vs_real.calibration import add_ray_steps
-    from repro.sim_vs_real.ray_steps import RaySteps
+    from repro.experiments.sim_vs_real.calibration import add_ray_steps
+    from repro.experiments.sim_vs_real.ray_steps import RaySteps
 
     steps = RaySteps(MODEL, RayConfig(), max_batch=3, prompt_len=6, decode=3, block_size=4)
     try:
@@ -481,7 +481,7 @@ def test_a_device_time_step_computes_as_long_beside_the_other_instances():
     sleeps its device time (no CPU) shares nothing, so alone and together take the same time."""
     from reference_impl.backends.ray import RayConfig
     from reference_impl.device_time import DeviceTimeModel
-    from repro.sim_vs_real.co_run import measure_co_run
+    from repro.experiments.sim_vs_real.co_run import measure_co_run
 
     model = DeviceTimeModel(0.01)
     co_run = measure_co_run(model, RayConfig(), 2, batch=2, prompt_len=4, max_new_tokens=8,

@@ -48,7 +48,7 @@ def loop_stats(engine: RayEngine) -> dict[int, LoopStats]:
 
 
 def loop_counters(engine: RayEngine) -> dict[int, dict]:
-    """`loop_stats` as dicts, for readers not yet reading them by attribute (repro/sim_vs_real/ray_steps.py,
+    """`loop_stats` as dicts, for readers not yet reading them by attribute (repro/experiments/sim_vs_real/ray_steps.py,
     co_run.py); to be removed with them."""
     return {i: asdict(s) for i, s in loop_stats(engine).items()}
 
