@@ -5,7 +5,7 @@ import pytest
 
 from reference_impl.calibration import CalibratedPerfModel
 from reference_impl.calibration.coefficients import validate
-from reference_impl.perf_model import InstanceLoad
+from reference_impl.calibration.perf_model import InstanceLoad
 from repro.cli import main
 from test_calibration_fit import make_profiles
 

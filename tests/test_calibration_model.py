@@ -9,7 +9,7 @@ from reference_impl.calibration import CalibratedPerfModel, Link, MemoryModel
 from reference_impl.calibration.coefficients import DEFAULT_PATH
 from reference_impl.calibration.specs import model_spec
 from reference_impl.errors import InputError
-from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s, throughput_tok_s
+from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s, throughput_tok_s
 
 A100 = "A100-80GB-SXM"
 SETTINGS = [("llama2-7b", 1), ("llama2-7b", 2), ("llama2-13b", 2), ("llama2-70b", 4), ("llama2-70b", 8)]

@@ -114,9 +114,9 @@ def test_an_experiment_whose_requests_failed_exits_3_with_one_line(monkeypatch, 
 def test_a_serving_run_that_lost_requests_raises_and_drops_its_engine(monkeypatch):
     from reference_impl.backends.ray.engine import RayEngine
     from reference_impl.backends.ray.serving import RayServer
-    from reference_impl.engine import EngineConfig
+    from reference_impl.control.engine import EngineConfig
     from reference_impl.errors import RequestsFailed
-    from reference_impl.model import resolve_model
+    from reference_impl.model.resolve import resolve_model
     from workloads.request import Request
 
     killed, collect = [], RayEngine.collect

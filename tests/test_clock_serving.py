@@ -89,8 +89,8 @@ def test_cpu_clock_skips_idle_time_and_counts_only_this_process_work():
 @pytest.mark.parametrize("clock", ["wall", "cpu"])
 def test_the_local_engine_serves_every_request_on_either_clock(clock):
     from reference_impl.backends.local import serve
-    from reference_impl.engine import EngineConfig
-    from reference_impl.model import random_model
+    from reference_impl.control.engine import EngineConfig
+    from reference_impl.model.llama import random_model
 
     rng = np.random.default_rng(0)
     requests = [Request(i, float(a), int(p), int(o), "t") for i, (a, p, o) in

@@ -4,7 +4,7 @@ import typing
 from dataclasses import dataclass, fields, is_dataclass
 
 from reference_impl.calibration.engine_costs import EngineCosts
-from reference_impl.engine_config import EngineConfig, GManagerConfig
+from reference_impl.control.engine_config import EngineConfig, GManagerConfig
 from reference_impl.sim.config import SIM_ENGINE, SimConfig
 
 ROOTS = (SimConfig, EngineConfig)

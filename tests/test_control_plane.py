@@ -3,10 +3,10 @@ from collections import Counter
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from reference_impl.engine_config import EngineConfig, GManagerConfig
-from reference_impl.gmanager import GManager
-from reference_impl.protocol import InstanceStatus
-from reference_impl.rmanager import RManager
+from reference_impl.control.engine_config import EngineConfig, GManagerConfig
+from reference_impl.control.gmanager import GManager
+from reference_impl.control.protocol import InstanceStatus
+from reference_impl.control.rmanager import RManager
 
 NUM_INSTANCES = 3
 
@@ -143,7 +143,7 @@ def test_random_protocol_keeps_invariants(ops, blocks, cap, seed, exclusive_role
     """`fresh_map`: heartbeats after every operation and the gManager's map checked each time; else the
     gManager hears only on heartbeat operations (stale hints) and is checked then."""
     import numpy as np
-    from reference_impl.dgfm import execute_swap
+    from reference_impl.control.dgfm import execute_swap
 
     rms, gm = make_cluster(blocks, cap, exclusive_roles)
     n = len(rms)

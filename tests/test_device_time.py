@@ -5,8 +5,8 @@ import time
 import pytest
 
 from reference_impl.backends.local import generate
-from reference_impl.device_time import DeviceTimeModel, parse_device_time
-from reference_impl.engine import EngineConfig
+from reference_impl.model.device_time import DeviceTimeModel, parse_device_time
+from reference_impl.control.engine import EngineConfig
 from reference_impl.errors import InputError
 
 PROMPTS = [[3, 9, 27, 17, 51], [1, 2], list(range(40))]

@@ -2,11 +2,11 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from reference_impl.dgfm import debt_graph, execute_swap, find_cycle
-from reference_impl.engine_config import EngineConfig, GManagerConfig
-from reference_impl.gmanager import GManager
-from reference_impl.protocol import InstanceStatus
-from reference_impl.rmanager import RManager
+from reference_impl.control.dgfm import debt_graph, execute_swap, find_cycle
+from reference_impl.control.engine_config import EngineConfig, GManagerConfig
+from reference_impl.control.gmanager import GManager
+from reference_impl.control.protocol import InstanceStatus
+from reference_impl.control.rmanager import RManager
 
 
 def is_acyclic(graph, nodes):

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from reference_impl.backends.local import generate
-from reference_impl.engine import EngineConfig
-from reference_impl.model import load_model
+from reference_impl.control.engine import EngineConfig
+from reference_impl.model.llama import load_model
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: never reach the Hub
 transformers = pytest.importorskip("transformers")

@@ -3,9 +3,9 @@ import math
 
 import torch
 
-from reference_impl.kv_layer import StepKV, causal_partial_attention, merge
-from reference_impl.model import contiguous_attention
-from reference_impl.rblock import DEVICE, RBlock
+from reference_impl.model.kv_layer import StepKV, causal_partial_attention, merge
+from reference_impl.model.llama import contiguous_attention
+from reference_impl.control.rblock import DEVICE, RBlock
 
 LAYERS, HKV, HQ, D, BS = 2, 2, 6, 8, 4
 
@@ -45,14 +45,14 @@ def test_decode_partials_same_with_and_without_shared_storage():
 
 
 def test_row_width_keeps_uniform_rows_and_cuts_uneven_ones():
-    from reference_impl.kv_layer import row_width
+    from reference_impl.model.kv_layer import row_width
 
     assert row_width([6] * 10) == 6
     assert row_width([1, 1, 1, 6]) < 6
 
 
 def test_decode_rows_cut_to_single_blocks_match(monkeypatch):
-    import reference_impl.kv_layer as kv_layer
+    import reference_impl.model.kv_layer as kv_layer
 
     gen = torch.Generator().manual_seed(2)
     k_cache = torch.randn(LAYERS, 8, BS, HKV, D, generator=gen)

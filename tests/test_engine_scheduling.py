@@ -3,10 +3,10 @@ gManager failover, and proactive moves by Algorithm 1, all with unchanged tokens
 import torch
 
 from reference_impl.backends.local import LocalBackend, generate
-from reference_impl.engine import Engine, EngineConfig
-from reference_impl.engine_config import GManagerConfig
-from reference_impl.model import TINY, ModelConfig, contiguous_attention, random_model
-from reference_impl.sequence import Sequence
+from reference_impl.control.engine import Engine, EngineConfig
+from reference_impl.control.engine_config import GManagerConfig
+from reference_impl.model.llama import TINY, ModelConfig, contiguous_attention, random_model
+from reference_impl.control.sequence import Sequence
 
 MODEL = random_model(TINY, seed=3)
 PROMPTS = [[7, 300, 12, 9, 44], list(range(100, 131)), [1]]

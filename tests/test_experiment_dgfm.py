@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from reference_impl.dgfm import count_cycles
-from reference_impl.engine_config import EngineConfig
-from reference_impl.gmanager import GManager
-from reference_impl.protocol import Heartbeat, InstanceStatus, RequestPlacementEntry as Entry
+from reference_impl.control.dgfm import count_cycles
+from reference_impl.control.engine_config import EngineConfig
+from reference_impl.control.gmanager import GManager
+from reference_impl.control.protocol import Heartbeat, InstanceStatus, RequestPlacementEntry as Entry
 from reference_impl.sim.config import SimConfig, sim_engine
 from reference_impl.sim.simulator import simulate
 from repro.framework.base import RunParams

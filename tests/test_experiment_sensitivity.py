@@ -34,7 +34,7 @@ def test_runs_that_cannot_differ_run_once():
     arms; every other arm and system climbs on its own."""
     from repro.framework.base import RunParams as P
     from repro.experiments.e2e import curve_groups, sizes
-    from reference_impl.links import DEFAULT_LINK
+    from reference_impl.calibration.links import DEFAULT_LINK
     params = P(quick=True, extra={"traces": "0,3"})
     base = curve_groups(params, sizes(params), link=DEFAULT_LINK, source="fitted")
     arms = [(inp, value, g, arm_group(g, inp, value)) for inp in ARMS for value, _ in ARMS[inp] for g in base]
@@ -53,7 +53,7 @@ def test_a_batch_cap_arm_reads_the_default_caps_point_only_below_both_caps():
     from repro.experiments.sensitivity.experiment import cap_twin_point
     from repro.serving.tasks import PointTask
     from reference_impl.sim.config import sim_engine
-    from reference_impl.sim.systems import cluster
+    from reference_impl.systems.registry import cluster
     base = cluster("llama2-7b", "A100-80GB-SXM", 4, engine=sim_engine(max_batch_size=64))
     task = PointTask("vllm-m", base, (), 5.0, "t", 0, steady_only=True)
     twin = {"rate_per_s": 5.0, "seed": 0, "peak_batch_size": 63, "steady_output_tok_s": -1.0, "wall_s": 2.0}

@@ -3,7 +3,7 @@ import pytest
 
 from reference_impl.calibration import CalibratedPerfModel
 from reference_impl.errors import InputError
-from reference_impl.perf_model import InstanceLoad, step_time_s
+from reference_impl.calibration.perf_model import InstanceLoad, step_time_s
 from repro.framework.base import RunParams
 from repro.framework.registry import get_experiment
 from repro.results import load_results, run_and_save

@@ -1,8 +1,8 @@
 """Algorithm 1 on hand-built states (infinite-llm Figure 5) and the gManager's recalls and hints."""
-from reference_impl.algorithm1 import cluster_tps, instance_load
-from reference_impl.engine_config import EngineConfig, GManagerConfig
-from reference_impl.gmanager import GManager
-from reference_impl.protocol import Heartbeat, InstanceStatus, RequestPlacementEntry as Entry
+from reference_impl.control.algorithm1 import cluster_tps, instance_load
+from reference_impl.control.engine_config import EngineConfig, GManagerConfig
+from reference_impl.control.gmanager import GManager
+from reference_impl.control.protocol import Heartbeat, InstanceStatus, RequestPlacementEntry as Entry
 
 BLOCK = 16
 CAP = 100

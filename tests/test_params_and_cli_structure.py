@@ -69,7 +69,7 @@ def test_lazy_command_table_matches_the_commands():
 
 
 def test_simulate_system_names_are_the_simulators():
-    from reference_impl.sim.systems import SYSTEMS
+    from reference_impl.systems.registry import SYSTEMS
     from repro.commands.simulate import SYSTEM_NAMES
     assert sorted(SYSTEM_NAMES) == sorted(SYSTEMS)
 
@@ -116,7 +116,8 @@ def _fake_point(task):
 
 
 def test_simulated_points_count_on_a_bar_on_stderr_and_log_on_stdout(monkeypatch, capsys):
-    from repro.serving.tasks import PointTask, run_tasks
+    from repro.serving.sweep import run_tasks
+    from repro.serving.tasks import PointTask
     from repro.progress import progress_log
     tasks = [PointTask("vllm-m", None, (), rate, "toy", runner=_fake_point) for rate in (1.0, 2.0, 3.0)]
     for forced in ("0", "1"):

@@ -18,7 +18,7 @@ from repro.serving.sweep import Sweep
 from repro.serving.executors import InProcess
 from repro.serving.tasks import PointTask, RequestSpec
 from reference_impl.sim.config import sim_engine
-from reference_impl.sim.systems import cluster
+from reference_impl.systems.registry import cluster
 from workloads import generate
 
 SMALL = {"traces": "0", "seeds": "1", "short_requests": "40", "workers": "1"}

@@ -3,11 +3,11 @@ waiting work, and random workloads on 2-5 instances all finish (or are rejected 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from reference_impl.engine import Engine, EngineConfig
+from reference_impl.control.engine import Engine, EngineConfig
 from reference_impl.errors import InputError
-from reference_impl.rmanager import RManager
-from reference_impl.scheduler import Scheduler
-from reference_impl.sequence import Sequence, Status
+from reference_impl.control.rmanager import RManager
+from reference_impl.control.scheduler import Scheduler
+from reference_impl.control.sequence import Sequence, Status
 from test_control_plane import check_invariants
 
 

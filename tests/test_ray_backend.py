@@ -15,10 +15,10 @@ from click.testing import CliRunner  # noqa: E402
 
 from reference_impl.backends.local import generate as local_generate  # noqa: E402
 from reference_impl.backends.ray import RayConfig, RayEngine, check_reachable, init_ray  # noqa: E402
-from reference_impl.engine import EngineConfig  # noqa: E402
-from reference_impl.gmanager import GManagerConfig  # noqa: E402
-from reference_impl.model import TINY, random_model  # noqa: E402
-from reference_impl.sequence import Sequence  # noqa: E402
+from reference_impl.control.engine import EngineConfig  # noqa: E402
+from reference_impl.control.gmanager import GManagerConfig  # noqa: E402
+from reference_impl.model.llama import TINY, random_model  # noqa: E402
+from reference_impl.control.sequence import Sequence  # noqa: E402
 from repro.cli import cli  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("ray")
@@ -153,7 +153,7 @@ def test_try_move_refused_when_the_destination_fills_then_retried_next_round():
     accepted in the next round once the room is back, and the tokens do not change. Steps last 0.1 s of device
     time, so the long request and the queue are still there at the second round (the instances run on their own:
     nothing else orders them)."""
-    from reference_impl.device_time import DeviceTimeModel
+    from reference_impl.model.device_time import DeviceTimeModel
 
     config = EngineConfig(2, 24, block_size=4, gmanager_interval_steps=0, dgfm=False)
     engine = RayEngine(config, DeviceTimeModel(0.1, MODEL), gmanager_config=GManagerConfig(beta_thres=2))
@@ -211,7 +211,7 @@ def test_ray_config_rejects_bad_settings():
 def test_ray_systems_are_the_simulators_policies_over_the_same_rblocks():
     from reference_impl.backends.ray.serving import engine_config
     from reference_impl.errors import InputError
-    from reference_impl.sim.systems import SYSTEMS
+    from reference_impl.systems.registry import SYSTEMS
 
     configs = {system: engine_config(system, 3, 10, 8, seed=1) for system in SYSTEMS}
     for c in configs.values():  # every system holds the cluster's 30 rBlocks
@@ -258,8 +258,8 @@ def test_dgfm_swap_while_the_loops_run_keeps_the_tokens():
     the first instance carries it out while the other holds, the blocks travel, both requests end at home, and the
     tokens equal a roomy local run. Steps last 0.1 s of device time, so the requests are still running when the
     round comes (the instances run on their own: nothing else orders them)."""
-    from reference_impl.device_time import DeviceTimeModel
-    from reference_impl.protocol import MoveKVCache
+    from reference_impl.model.device_time import DeviceTimeModel
+    from reference_impl.control.protocol import MoveKVCache
 
     # exclusive_roles (infinite-llm 5.2) refuses the second lend of a cycle; distkv-llm's lend-and-borrow makes it
     config = EngineConfig(2, 6, block_size=4, gmanager_interval_steps=0, exclusive_roles=False)
@@ -324,7 +324,7 @@ def test_collect_answers_at_each_step_without_polling_the_actors():
     """The driver keeps one results call outstanding per instance: `collect` returns as soon as a step of 60 ms
     device time reports, with that step's tokens (a poll every 5 ms would have called the actor about 12 times
     a step), and with nothing to run it waits out `max_wait_s` and returns nothing."""
-    from reference_impl.device_time import DeviceTimeModel
+    from reference_impl.model.device_time import DeviceTimeModel
 
     engine = RayEngine(EngineConfig(1, 16, block_size=4, pooling=False), DeviceTimeModel(0.06))
     try:
@@ -444,7 +444,7 @@ def test_the_ray_engines_steps_calibrate_the_step_overhead(tmp_path):
     """The pooled arm's step overhead comes from the Ray engine's own steps (one instance, closed loop): a decode
     and a prefill step per batch and repeat, in the loop's CPU time, fitted over the op-level layer terms."""
     from reference_impl.calibration.model import CalibratedPerfModel
-    from reference_impl.perf_model import InstanceLoad, step_time_s
+    from reference_impl.calibration.perf_model import InstanceLoad, step_time_s
     from repro.experiments.sim_vs_real.calibration import add_ray_steps
     from repro.experiments.sim_vs_real.ray_steps import RaySteps
 
@@ -480,7 +480,7 @@ def test_a_device_time_step_computes_as_long_beside_the_other_instances():
     """co_run_slowdown measures how much the instances slow each other's compute by sharing cores; a step that
     sleeps its device time (no CPU) shares nothing, so alone and together take the same time."""
     from reference_impl.backends.ray import RayConfig
-    from reference_impl.device_time import DeviceTimeModel
+    from reference_impl.model.device_time import DeviceTimeModel
     from repro.experiments.sim_vs_real.co_run import measure_co_run
 
     model = DeviceTimeModel(0.01)
@@ -491,7 +491,7 @@ def test_a_device_time_step_computes_as_long_beside_the_other_instances():
 
 
 def test_chunked_prefill_is_refused_with_the_local_engines_message():
-    from reference_impl.engine import CHUNKED_SIM_ONLY
+    from reference_impl.control.engine import CHUNKED_SIM_ONLY
     from reference_impl.errors import InputError
 
     with pytest.raises(InputError, match="chunked prefill runs on the sim backend only"):

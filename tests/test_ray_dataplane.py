@@ -11,9 +11,9 @@ import torch
 
 from reference_impl.backends.ray.dataplane import DataPlane
 from reference_impl.backends.ray.step import DistStep, plan_step
-from reference_impl.kv_layer import StepKV
-from reference_impl.model import ModelConfig
-from reference_impl.rblock import CPU, DEVICE, RBlock
+from reference_impl.model.kv_layer import StepKV
+from reference_impl.model.llama import ModelConfig
+from reference_impl.control.rblock import CPU, DEVICE, RBlock
 from repro.attention.ranks import run_ranks
 
 CONFIG = ModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2)

@@ -18,10 +18,10 @@ from reference_impl.backends.ray.loop import InstanceLoop  # noqa: E402
 from reference_impl.backends.ray.messages import Abort, AddRequest, Outbox, Report  # noqa: E402
 from reference_impl.backends.ray.owned import ForeignWrite  # noqa: E402
 from reference_impl.backends.ray.serve import InTurn, PartnerWork  # noqa: E402
-from reference_impl.engine import EngineConfig  # noqa: E402
-from reference_impl.model import TINY, random_model  # noqa: E402
-from reference_impl.protocol import MoveKVCache  # noqa: E402
-from reference_impl.sequence import Sequence  # noqa: E402
+from reference_impl.control.engine import EngineConfig  # noqa: E402
+from reference_impl.model.llama import TINY, random_model  # noqa: E402
+from reference_impl.control.protocol import MoveKVCache  # noqa: E402
+from reference_impl.control.sequence import Sequence  # noqa: E402
 
 MODEL = random_model(TINY, seed=3)
 CONFIG = EngineConfig(1, 8, block_size=4)

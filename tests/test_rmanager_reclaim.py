@@ -1,6 +1,6 @@
 """A home request short of room takes back space reserved for remote KV that has not arrived (infinite-llm 5.2:
 a creditor short of local space reclaims what it lent); the source's move then ends early."""
-from reference_impl.rmanager import RManager
+from reference_impl.control.rmanager import RManager
 
 
 def two_instances(capacity=10):

@@ -2,12 +2,12 @@
 engine's count of memory changes stands give what computing afresh gives, at every round of a run with moves and
 parked work; a fill_idle or a Handoff that finds nothing to do (afresh or because nothing changed since one that
 found nothing) leaves nothing it could have done. Read through public state only."""
-from reference_impl.engine import Engine
-from reference_impl.gmanager import GManager
-from reference_impl.sequence import num_blocks_for
+from reference_impl.control.engine import Engine
+from reference_impl.control.gmanager import GManager
+from reference_impl.control.sequence import num_blocks_for
 from reference_impl.serving.records import FINISHED
 from reference_impl.sim.simulator import simulate
-from reference_impl.sim.systems import cluster
+from reference_impl.systems.registry import cluster
 from workloads.request import Request
 
 

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import reference_impl
-from reference_impl.rmanager import RManager
+from reference_impl.control.rmanager import RManager
 from reference_impl.sim.backend import Pending
 from reference_impl.sim.peer_calls import WAITING_CALLS, CountingPeer
 

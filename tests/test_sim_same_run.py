@@ -8,7 +8,7 @@ import pytest
 from reference_impl.calibration.engine_costs import EngineCosts
 from reference_impl.sim.config import as_simulated, with_engine
 from reference_impl.sim.simulator import simulate
-from reference_impl.sim.systems import cluster, system_config
+from reference_impl.systems.registry import cluster, system_config
 from workloads import generate
 
 LINKS = ("intra-node", "inter-node", "0.125")

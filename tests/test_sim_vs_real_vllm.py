@@ -8,7 +8,7 @@ from reference_impl.calibration.curve import Curve
 from reference_impl.calibration.engine_steps import DecodeStep, PrefillStep, fit_engine_steps
 from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.calibration.specs import model_spec
-from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
+from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from repro.framework.base import RunParams
 
 MODEL = "llama-tiny"

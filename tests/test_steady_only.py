@@ -4,7 +4,7 @@ import pytest
 
 from reference_impl.sim.config import with_engine
 from reference_impl.sim.simulator import simulate
-from reference_impl.sim.systems import cluster, system_config
+from reference_impl.systems.registry import cluster, system_config
 from workloads.request import Request
 from workloads import generate
 

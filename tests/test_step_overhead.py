@@ -7,9 +7,9 @@ import torch
 
 from reference_impl.calibration import coefficients
 from reference_impl.calibration.model import CalibratedPerfModel
-from reference_impl.calibration.profile_local import ProfilePlan, profile
+from reference_impl.profiling.local import ProfilePlan, profile
 from reference_impl.calibration.specs import model_spec
-from reference_impl.perf_model import InstanceLoad, step_time_s
+from reference_impl.calibration.perf_model import InstanceLoad, step_time_s
 
 DECODE = {"x": [1, 65], "y": [0.001, 0.005]}
 PREFILL = {"x": [100, 1000], "y": [0.002, 0.02]}

@@ -17,7 +17,7 @@ from repro.serving.executors import RayCluster  # noqa: E402
 from repro.serving.sweep import in_process, Sweep  # noqa: E402
 from repro.serving.tasks import PointTask, RequestSpec  # noqa: E402
 from reference_impl.sim.config import sim_engine  # noqa: E402
-from reference_impl.sim.systems import cluster  # noqa: E402
+from reference_impl.systems.registry import cluster  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("ray")
 

@@ -18,7 +18,7 @@ from baselines.real_vllm.dispatch import REJECTED, MostFreeDispatcher
 from baselines.real_vllm.metrics import ServedRequest, from_runner, serving_point, summarize
 from baselines.real_vllm.model import save_hf_folder
 from reference_impl.errors import InputError
-from reference_impl.model import TINY, load_model, random_model
+from reference_impl.model.llama import TINY, load_model, random_model
 
 
 def test_dispatch_goes_to_most_free_engine_and_tracks_growth():
@@ -239,8 +239,8 @@ def test_serving_point_fits_the_serving_schema():
 def test_serve_local_honours_arrivals_matches_generate_and_rejects_what_fits_nowhere():
     from baselines.real_vllm.compare import serve_local
     from reference_impl.backends.local import generate
-    from reference_impl.engine import EngineConfig
-    from reference_impl.model import ModelConfig
+    from reference_impl.control.engine import EngineConfig
+    from reference_impl.model.llama import ModelConfig
 
     model = random_model(ModelConfig(vocab_size=64, hidden_size=64, intermediate_size=96, num_layers=2, num_heads=2,
                                      num_kv_heads=1), seed=1)

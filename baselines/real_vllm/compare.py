@@ -16,10 +16,10 @@ from baselines.real_vllm.config import VllmSetup
 from baselines.real_vllm.metrics import FINISHED, REJECTED, ServedRequest, summarize
 from baselines.real_vllm.model import model_folder, resolve_for_vllm
 from reference_impl.backends.local import LocalBackend, check_prompts
-from reference_impl.engine import Engine, EngineConfig
+from reference_impl.control.engine import Engine, EngineConfig
 from reference_impl.errors import InputError
-from reference_impl.model import LlamaModel
-from reference_impl.sequence import Sequence, num_blocks_for
+from reference_impl.model.llama import LlamaModel
+from reference_impl.control.sequence import Sequence, num_blocks_for
 
 
 def workload(config: CompareConfig, vocab_size: int) -> tuple[list[list[int]], list[int]]:

@@ -16,7 +16,7 @@ from baselines.real_vllm.compare import serve_local
 from baselines.real_vllm.config import VllmSetup
 from baselines.real_vllm.metrics import serving_point, summarize
 from baselines.real_vllm.model import TINY_VLLM, resolve_for_vllm, save_hf_folder
-from reference_impl.engine import EngineConfig
+from reference_impl.control.engine import EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.serving.points import best_ratio
 

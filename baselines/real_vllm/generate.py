@@ -8,7 +8,7 @@ from baselines.real_vllm.backend import run_vllm
 from baselines.real_vllm.config import VllmSetup
 from baselines.real_vllm.model import TINY_VLLM, model_folder, resolve_for_vllm
 from reference_impl.backends.local import check_prompts
-from reference_impl.sequence import num_blocks_for
+from reference_impl.control.sequence import num_blocks_for
 
 BLOCK_SIZE = 32  # vLLM 0.32's CPU attention takes block sizes that are multiples of 32
 

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import torch
 
-from reference_impl.model import TINY, LlamaModel, random_model, resolve_model, weight_shapes
+from reference_impl.model.llama import TINY, LlamaModel, random_model, weight_shapes
+from reference_impl.model.resolve import resolve_model
 
 # vLLM 0.32's CPU attention takes head sizes 32, 64, 80, ... only (CPUAttentionBackend.get_supported_head_sizes)
 # and the `tiny` preset has head_dim 16, so real-vLLM runs of 'tiny' use it with 4 query / 2 KV heads: head_dim 32.
@@ -27,7 +28,7 @@ def hf_config(model: LlamaModel, max_position_embeddings: int) -> dict:
 
 
 def save_hf_folder(model: LlamaModel, folder: str | Path, max_position_embeddings: int = 4096) -> Path:
-    """Write `model` to `folder`; reference_impl.model.load_model reads it back bit for bit."""
+    """Write `model` to `folder`; reference_impl.model.llama.load_model reads it back bit for bit."""
     from safetensors.torch import save_file
 
     folder = Path(folder)
@@ -46,7 +47,7 @@ def model_folder(spec: str, model: LlamaModel, scratch: str | Path, max_position
 
 
 def resolve_for_vllm(spec: str, seed: int = 0, dtype=torch.float32) -> LlamaModel:
-    """Like reference_impl.model.resolve_model, but 'tiny' is TINY_VLLM (a head size vLLM's CPU kernels take)."""
+    """Like reference_impl.model.resolve.resolve_model, but 'tiny' is TINY_VLLM (a head size vLLM's CPU kernels take)."""
     if spec == "tiny":
         return random_model(TINY_VLLM, seed, dtype)
     return resolve_model(spec, dtype, seed)

@@ -11,7 +11,7 @@ engine mirrors its actors' tokens into them).
 import time
 
 from reference_impl.errors import InputError
-from reference_impl.sequence import Sequence
+from reference_impl.control.sequence import Sequence
 from reference_impl.serving.records import FAILED, FINISHED, REJECTED, RequestRecord, ServingRun
 
 

@@ -5,12 +5,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from reference_impl.engine import Engine, EngineConfig
+from reference_impl.control.engine import Engine, EngineConfig
 from reference_impl.errors import InputError
-from reference_impl.kv_layer import StepKV
-from reference_impl.model import LlamaModel
-from reference_impl.rblock import CPU, DEVICE
-from reference_impl.sequence import Sequence
+from reference_impl.model.kv_layer import StepKV
+from reference_impl.model.llama import LlamaModel
+from reference_impl.control.rblock import CPU, DEVICE
+from reference_impl.control.sequence import Sequence
 
 
 class LocalBackend:

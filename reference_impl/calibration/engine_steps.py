@@ -19,7 +19,7 @@ import numpy as np
 from reference_impl.calibration.curve import round_sig
 from reference_impl.calibration.overhead import median_curve_entry
 from reference_impl.calibration.specs import model_spec
-from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
+from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 
 @dataclass(frozen=True, slots=True)
 class DecodeStep:
@@ -49,7 +49,7 @@ def fit_engine_steps(ops_doc: dict, hardware: str, model: str, decode: list[Deco
     """`ops_doc` (a `repro profile` document of this machine) with the KV read rate and the step overhead of
     `engine` fitted to its measured steps; `kv_batch`: the batch size whose steps span several contexts (None: no
     step spans several, the op-level KV read rate is kept)."""
-    from reference_impl.calibration.profile_local import _layer_terms
+    from reference_impl.profiling.local import _layer_terms
 
     spec = model_spec(model)
     doc = copy.deepcopy(ops_doc)

@@ -16,7 +16,7 @@ from reference_impl.calibration import readers
 from reference_impl.calibration.curve import Curve, fit_curve, isotonic, relative_errors, round_sig
 from reference_impl.calibration.specs import gpu_entry, gpu_names, model_entry, model_names, model_spec
 from reference_impl.errors import InputError
-from reference_impl.links import INTER_NODE, INTRA_NODE
+from reference_impl.calibration.links import INTER_NODE, INTRA_NODE
 
 FORMAT = "infinite-llm-repro/calibration/1"
 NON_ATTENTION_MAX_REL_ERR = 0.05

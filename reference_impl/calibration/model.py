@@ -18,8 +18,8 @@ from reference_impl.calibration.memory import MemoryModel
 from reference_impl.calibration.overhead import StepOverhead
 from reference_impl.calibration.specs import model_spec, reserve_fraction
 from reference_impl.errors import InputError
-from reference_impl.links import DEFAULT_LINK, INTER_NODE, INTRA_NODE, link_gb_s
-from reference_impl.perf_model import InstanceLoad
+from reference_impl.calibration.links import DEFAULT_LINK, INTER_NODE, INTRA_NODE, link_gb_s
+from reference_impl.calibration.perf_model import InstanceLoad
 
 LSE_BYTES = 4  # float32 log-sum-exp per head
 
@@ -66,7 +66,7 @@ def _hardware(doc: dict, gpu: str, where: str) -> dict:
 
 @dataclass(frozen=True, slots=True)
 class CalibratedPerfModel:
-    """Implements reference_impl.perf_model.PerfModel for one instance (tp x pp GPUs)."""
+    """Implements reference_impl.calibration.perf_model.PerfModel for one instance (tp x pp GPUs)."""
 
     num_layers: int
     model: str

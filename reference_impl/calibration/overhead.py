@@ -9,7 +9,7 @@ import numpy as np
 
 from reference_impl.calibration.curve import Curve, fit_curve
 from reference_impl.calibration.fit import curve_entry
-from reference_impl.perf_model import InstanceLoad
+from reference_impl.calibration.perf_model import InstanceLoad
 
 MIN_OVERHEAD_S = 1e-7  # a curve needs positive values; an engine faster than the layer terms gets ~0
 MAX_REL_ERR = 0.05  # of the overhead curve against the medians it is drawn through

@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 
 from reference_impl.calibration.engine_costs import EngineCosts
 from reference_impl.calibration.model import CalibratedPerfModel
-from reference_impl.engine import Engine
-from reference_impl.instance import Instance
-from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
-from reference_impl.sequence import Sequence
+from reference_impl.control.engine import Engine
+from reference_impl.control.instance import Instance
+from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
+from reference_impl.control.sequence import Sequence
 from reference_impl.serving.records import RequestRecord
 from reference_impl.sim.config import SimConfig, blocks_per_instance, engine_costs, perf_model
 from reference_impl.sim.peer_calls import count_peer_calls

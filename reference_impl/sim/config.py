@@ -5,9 +5,9 @@ from pathlib import Path
 from reference_impl.calibration.engine_costs import EngineCosts
 from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.calibration.specs import gpu_entry, model_spec
-from reference_impl.engine_config import EngineConfig, GManagerConfig
+from reference_impl.control.engine_config import EngineConfig, GManagerConfig
 from reference_impl.errors import InputError
-from reference_impl.links import DEFAULT_LINK
+from reference_impl.calibration.links import DEFAULT_LINK
 
 
 # The engine of a simulated cluster where the engine's own defaults do not fit the papers' A100 clusters: a coarse

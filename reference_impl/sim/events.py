@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from reference_impl.errors import InputError
-from reference_impl.sequence import Sequence
+from reference_impl.control.sequence import Sequence
 
 if TYPE_CHECKING:
     from reference_impl.sim.simulator import Simulator

@@ -1,7 +1,7 @@
 """The simulator: a discrete-event clock over the engine's own control plane, step times from the cost model.
 
     from reference_impl.sim.simulator import simulate
-    from reference_impl.sim.systems import cluster, system_config
+    from reference_impl.systems.registry import cluster, system_config
     config = cluster("llama2-7b", "A100-80GB-SXM", num_gpus=32)    # Infinite-LLM: 32 instances of tp=1
     result = simulate(config, requests)          # requests: workloads.Request list (arrival_s, prompt/output len)
     result = simulate(system_config("vllm-m", config), requests)  # pooling off: oversize requests are rejected
@@ -21,8 +21,8 @@ import gc
 import heapq
 import itertools
 
-from reference_impl.memo import Memo
-from reference_impl.sequence import Sequence
+from reference_impl.control.memo import Memo
+from reference_impl.control.sequence import Sequence
 from reference_impl.serving.records import FINISHED, REJECTED, RequestRecord, ServingRun, drain_rank
 from reference_impl.sim.backend import SimBackend, StepOutcome, build_engine
 from reference_impl.sim.config import SimConfig

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from reference_impl.calibration import coefficients
 from reference_impl.calibration.model import LSE_BYTES, Link, resolve_link
 from reference_impl.calibration.specs import model_spec
-from reference_impl.links import INTRA_NODE
+from reference_impl.calibration.links import INTRA_NODE
 
 GPU = "A100-80GB-SXM"
 RATE_MODEL = "facebook/opt-13b"  # same attention dims as LLaMA2-13B

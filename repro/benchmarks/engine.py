@@ -43,8 +43,8 @@ def prefilled_engine(model, batch, prompt_len, num_steps, num_instances, block_s
     admitted, each with `num_steps` tokens to generate; with several instances instance 0's budget is 1/n of
     the KV, so the rest spills onto the others."""
     from reference_impl.backends.local import LocalBackend
-    from reference_impl.engine import Engine, EngineConfig
-    from reference_impl.sequence import Sequence, num_blocks_for
+    from reference_impl.control.engine import Engine, EngineConfig
+    from reference_impl.control.sequence import Sequence, num_blocks_for
 
     total = batch * num_blocks_for(prompt_len + num_steps, block_size)
     per_instance = -(-total // num_instances) + (num_instances > 1)

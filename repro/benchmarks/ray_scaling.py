@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from reference_impl.backends.ray.stats import LoopStats, StepMeans
-from reference_impl.engine import EngineConfig
-from reference_impl.sequence import Sequence, num_blocks_for
+from reference_impl.control.engine import EngineConfig
+from reference_impl.control.sequence import Sequence, num_blocks_for
 
 POLL_S = 0.02  # between the driver's looks at the N independent engines' reports
 
@@ -83,8 +83,9 @@ def load_average() -> float:
 
 def bench_model(spec: str, layers: int, hidden: int, seed: int):
     """(model the instances run, model with the same tokens for the local reference run)."""
-    from reference_impl.device_time import DeviceTimeModel
-    from reference_impl.model import ModelConfig, random_model, resolve_model
+    from reference_impl.model.device_time import DeviceTimeModel
+    from reference_impl.model.llama import ModelConfig, random_model
+    from reference_impl.model.resolve import resolve_model
 
     if spec == "random":
         heads = max(1, hidden // 64)

@@ -36,7 +36,7 @@ def overhead_tasks() -> list:
     from repro.experiments.e2e import GPU, _requests
     from repro.serving.tasks import PointTask, RequestSpec
     from reference_impl.sim.config import sim_engine
-    from reference_impl.sim.systems import cluster
+    from reference_impl.systems.registry import cluster
     s = OVERHEAD_SWEEP
     base = cluster("llama2-7b", GPU, 4, engine=sim_engine(seed=0))
     make = partial(_requests, s["trace_id"], s["num_requests"], "fitted")

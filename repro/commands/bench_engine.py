@@ -36,7 +36,7 @@ def bench_engine(batches, instances, prompt_len, decode_steps, block_size, repea
     import torch
 
     from reference_impl.atomic import check_writable_file, write_json_atomic
-    from reference_impl.model import TINY, random_model
+    from reference_impl.model.llama import TINY, random_model
     from repro.progress import live_bar, say
 
     if out:

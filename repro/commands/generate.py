@@ -54,8 +54,8 @@ def generate(model_spec, instances, blocks_per_instance, block_size, prompt_ids,
     import numpy as np
 
     from reference_impl.backends.local import generate as run_generate
-    from reference_impl.engine import EngineConfig
-    from reference_impl.model import resolve_model
+    from reference_impl.control.engine import EngineConfig
+    from reference_impl.model.resolve import resolve_model
 
     if bool(prompt_ids) == (prompt_len is not None):
         raise click.UsageError("give either --prompt-ids (repeatable) or --prompt-len")

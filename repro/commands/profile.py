@@ -25,7 +25,7 @@ def profile(out, model, name, device, dtype, threads, quick, seed):
     import torch
 
     from reference_impl.calibration.coefficients import check_out_path, dumps, validate, write_atomic
-    from reference_impl.calibration.profile_local import profile as measure
+    from reference_impl.profiling.local import profile as measure
     from reference_impl.calibration.report import format_table
     from reference_impl.calibration.specs import model_spec
     from reference_impl.errors import InputError

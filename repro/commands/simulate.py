@@ -1,9 +1,9 @@
 import click
 
 from reference_impl.errors import InputError
-from reference_impl.links import DEFAULT_LINK, check_link
+from reference_impl.calibration.links import DEFAULT_LINK, check_link
 
-# reference_impl.sim.systems.SYSTEMS, named here so `repro simulate --help` need not import the cost model
+# reference_impl.systems.registry.SYSTEMS, named here so `repro simulate --help` need not import the cost model
 # (tests/test_bad_input_cli.py checks the two agree)
 SYSTEM_NAMES = ("infinite-llm", "vllm-m", "vllm-s")
 
@@ -36,7 +36,7 @@ def simulate(workload_path, system, model, gpu, num_gpus, tp, link, out):
     from reference_impl.errors import InputError
     from reference_impl.sim.config import SimConfig, blocks_per_instance, sim_engine
     from reference_impl.sim.simulator import simulate as run_sim
-    from reference_impl.sim.systems import cluster, system_config
+    from reference_impl.systems.registry import cluster, system_config
     from repro.progress import progress
     from workloads import load_jsonl
 

@@ -8,11 +8,11 @@ t=0 with the context as prompt minus OUTPUT_LEN; throughput is the sum of the re
 """
 from functools import partial
 
-from reference_impl.links import DEFAULT_LINK
+from reference_impl.calibration.links import DEFAULT_LINK
 from reference_impl.serving.records import tpot_s
 from reference_impl.sim.config import blocks_per_instance, sim_engine, with_engine
 from reference_impl.sim.simulator import simulate
-from reference_impl.sim.systems import cluster, system_config
+from reference_impl.systems.registry import cluster, system_config
 from repro.framework.base import ClaimRow, Experiment, default_run_id
 from repro.framework.figures import main_result
 from repro.framework.params import LINK_HELP, Param, link

@@ -16,7 +16,7 @@ from functools import partial
 
 import numpy as np
 
-from reference_impl.dgfm import count_cycles, debt_graph
+from reference_impl.control.dgfm import count_cycles, debt_graph
 from reference_impl.sim.config import SimConfig, blocks_per_instance, sim_engine, with_engine
 from reference_impl.sim.simulator import simulate
 from repro.framework.base import ClaimRow, Experiment, default_run_id

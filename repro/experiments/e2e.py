@@ -17,9 +17,9 @@ from repro.serving.sweep import open_sweep, sweep_params
 from repro.serving.tasks import typed, workload
 from repro.serving.curves import LONG_PROBE_FRACTION, CurveGroup, curves
 from repro.serving.on_ray import RAY_PARAMS
-from reference_impl.links import DEFAULT_LINK
+from reference_impl.calibration.links import DEFAULT_LINK
 from reference_impl.sim.config import sim_engine
-from reference_impl.sim.systems import cluster
+from reference_impl.systems.registry import cluster
 
 GPU = "A100-80GB-SXM"
 LONG_SETTINGS = {3: ("llama2-7b", 2), 4: ("llama2-13b", 4), 5: ("llama2-70b", 8), 6: ("llama2-13b", 8),

@@ -13,9 +13,9 @@ from repro.framework.params import LINK_HELP, Param, fraction, int_list, link
 from repro.serving.sweep import open_sweep, sweep_params
 from repro.serving.tasks import typed, workload
 from repro.serving.curves import LONG_PROBE_FRACTION, CurveGroup, curves
-from reference_impl.links import DEFAULT_LINK
+from reference_impl.calibration.links import DEFAULT_LINK
 from reference_impl.sim.config import sim_engine
-from reference_impl.sim.systems import cluster
+from reference_impl.systems.registry import cluster
 from workloads.paper_tables import DATASETS
 
 GPU = "A100-80GB-SXM"

@@ -13,8 +13,8 @@ import time
 import pandas as pd
 
 from reference_impl.calibration import CalibratedPerfModel
-from reference_impl.links import INTER_NODE, INTRA_NODE
-from reference_impl.perf_model import InstanceLoad, step_time_s
+from reference_impl.calibration.links import INTER_NODE, INTRA_NODE
+from reference_impl.calibration.perf_model import InstanceLoad, step_time_s
 from repro.framework.base import ClaimRow, Experiment, default_run_id
 from repro.framework.figures import main_result, new_figure, save
 from repro.framework.params import Param, positive_int
@@ -47,9 +47,9 @@ def measure_local(batch_size: int, prompt_len: int, steps_per_setting: int, seed
     import torch
 
     from reference_impl.backends.local import LocalBackend
-    from reference_impl.engine import Engine, EngineConfig
-    from reference_impl.model import ModelConfig, random_model
-    from reference_impl.sequence import Sequence
+    from reference_impl.control.engine import Engine, EngineConfig
+    from reference_impl.model.llama import ModelConfig, random_model
+    from reference_impl.control.sequence import Sequence
 
     block = 8
     new_tokens = steps_per_setting * len(MOVE_TOKENS) + 1

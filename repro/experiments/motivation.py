@@ -11,7 +11,7 @@ import pandas as pd
 
 from reference_impl.calibration import CalibratedPerfModel
 from reference_impl.calibration.specs import gpu_entry, model_spec
-from reference_impl.perf_model import InstanceLoad, step_time_s
+from reference_impl.calibration.perf_model import InstanceLoad, step_time_s
 from repro.framework.base import ClaimRow, Experiment, default_run_id
 from repro.framework.figures import main_result, new_figure, save
 

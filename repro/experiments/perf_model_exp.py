@@ -8,10 +8,10 @@ For each k, k of the long request's blocks move to the creditor, then:
 - model: Algorithm 1's own objective (Eq. 5-7 on the gManager's views, with projected admissions);
 - simulated: the engine's scheduler admits what fits, and the sim backend times DECODE_STEPS decode steps.
 """
-from reference_impl.algorithm1 import after_move, instance_tps
+from reference_impl.control.algorithm1 import after_move, instance_tps
 from reference_impl.errors import InputError
-from reference_impl.links import DEFAULT_LINK
-from reference_impl.sequence import Sequence, num_blocks_for
+from reference_impl.calibration.links import DEFAULT_LINK
+from reference_impl.control.sequence import Sequence, num_blocks_for
 from reference_impl.serving.records import RequestRecord
 from reference_impl.sim.backend import SimBackend, build_engine
 from reference_impl.sim.config import SimConfig, blocks_per_instance, sim_engine

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from reference_impl.kernels import micro_attention
-from reference_impl.links import INTER_NODE, INTRA_NODE
+from reference_impl.calibration.links import INTER_NODE, INTRA_NODE
 from repro.attention.cost_model import AttentionCostModel
 from repro.attention.dist import pack, paged, unpack
 from repro.attention.ranks import run_ranks

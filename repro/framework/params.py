@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from reference_impl.errors import InputError
-from reference_impl.links import check_link
+from reference_impl.calibration.links import check_link
 
 
 @dataclass(frozen=True, slots=True)

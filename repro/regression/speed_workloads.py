@@ -81,7 +81,7 @@ def attention(size: str) -> tuple[Side, Side]:
 def engine_decode(size: str) -> tuple[Side, Side]:
     import numpy as np
 
-    from reference_impl.model import TINY, random_model
+    from reference_impl.model.llama import TINY, random_model
     from repro.benchmarks.engine import prefilled_engine
 
     batch, prompt_len, num_steps = (8, 32, 24) if size == "ci" else (32, 64, 96)
@@ -125,7 +125,7 @@ def hf_llama_decode(config, batch: int, prompt_len: int, num_steps: int):
 
 def sim_events(size: str) -> tuple[Side, Side]:
     from reference_impl.sim.simulator import simulate
-    from reference_impl.sim.systems import cluster, system_config
+    from reference_impl.systems.registry import cluster, system_config
     from workloads import generate
     from workloads.generate import SourceOptions
 
@@ -161,11 +161,11 @@ def gmanager_round(num_instances: int) -> Callable[[str], tuple[Side, Side]]:
 def loaded_engine(num_instances: int, load: int = 1):
     """A simulated cluster of LLaMA2-7B instances with long (trace 8) and short (trace 0) requests added and
     one step run, so the gManager has debtors, creditors and moves to plan; `load` multiplies the requests."""
-    from reference_impl.sequence import Sequence
+    from reference_impl.control.sequence import Sequence
     from reference_impl.serving.records import RequestRecord
     from reference_impl.sim.backend import SimBackend, build_engine
     from reference_impl.sim.events import PromptIds
-    from reference_impl.sim.systems import cluster
+    from reference_impl.systems.registry import cluster
     from workloads import generate
     from workloads.generate import SourceOptions
 

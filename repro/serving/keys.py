@@ -113,7 +113,7 @@ def runner_key(runner) -> dict | None:
 def point_fields(task, requests_sha: str) -> dict:
     """Everything `task`'s point depends on (module docstring); Unkeyable where it cannot be named."""
     from reference_impl.sim.config import as_simulated
-    from reference_impl.sim.systems import system_config
+    from reference_impl.systems.registry import system_config
     if task.base is None:
         raise Unkeyable("a task without a cluster config")
     config = as_simulated(system_config(task.system, task.base))

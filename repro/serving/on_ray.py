@@ -78,7 +78,7 @@ def run_on_ray(params, log, groups: list[dict]) -> dict:
     from reference_impl.backends.ray import RayConfig, init_ray
     from reference_impl.backends.ray.serving import RayServer
     from reference_impl.errors import InputError
-    from reference_impl.model import resolve_model
+    from reference_impl.model.resolve import resolve_model
     from workloads.scaling import max_tokens_for, scale_factor
 
     size = QUICK if params.quick else FULL

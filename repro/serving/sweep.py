@@ -25,8 +25,8 @@ from repro.serving.executors import InProcess, make_executor
 from repro.serving.keys import Unkeyable, job_fields, point_fields, point_key, requests_sha256
 from repro.serving.store import open_store
 from repro.serving.task_graph import TaskGraph
-from repro.serving.tasks import (RequestSpec, default_workers, log_job, log_point, request_cost, requests_of, run_call,
-                                 run_job)
+from repro.serving.tasks import (PointTask, RequestSpec, default_workers, log_job, log_point, request_cost,
+                                 requests_of, run_call, run_job)
 
 SWEEP_PARAMS = (
     Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick); with --address "
@@ -218,3 +218,10 @@ def open_sweep(params, log, desc: str):
             write_json_atomic(params.extra["graph"], sweep.graph.to_json())
     finally:
         executor.close()
+
+
+def run_tasks(tasks: list[PointTask], log, sweep=None) -> list[dict]:
+    """The points of `tasks`, in order, run by `sweep` (repro/serving/sweep.py; None: in this process, no store).
+    Each point is a deterministic simulation, so the numbers do not depend on where it ran (only wall_s)."""
+    sweep = sweep or in_process(log)
+    return sweep.run(sweep.points(tasks))

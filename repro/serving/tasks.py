@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
+from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.serving.points import ServingPoint
 from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
 from reference_impl.sim.simulator import simulate
-from reference_impl.sim.systems import system_config
+from reference_impl.systems.registry import system_config
 from workloads import generate
 from workloads.generate import SourceOptions
 
@@ -132,14 +132,6 @@ def log_point(log, task: PointTask, p: dict, where: str | None = None) -> None:
     log(f"  {task.label} {task.system:<13} seed {task.seed} rate {task.rate_per_s:9.4g}/s  "
         f"{p['steady_output_tok_s']:9.1f} steady out tok/s  finished {p['num_finished']}/{p['num_requests']}"
         f"{' by the window end' if task.steady_only else ''}  ({where})")
-
-
-def run_tasks(tasks: list[PointTask], log, sweep=None) -> list[dict]:
-    """The points of `tasks`, in order, run by `sweep` (repro/serving/sweep.py; None: in this process, no store).
-    Each point is a deterministic simulation, so the numbers do not depend on where it ran (only wall_s)."""
-    from repro.serving.sweep import in_process
-    sweep = sweep or in_process(log)
-    return sweep.run(sweep.points(tasks))
 
 
 def typed(name: str, declared: tuple, params):

@@ -32,9 +32,9 @@ def run(size, device: torch.device) -> dict:
     import transformers
 
     from reference_impl.backends.local import generate
-    from reference_impl.engine import EngineConfig
-    from reference_impl.model import load_model
-    from reference_impl.sequence import num_blocks_for
+    from reference_impl.control.engine import EngineConfig
+    from reference_impl.model.llama import load_model
+    from reference_impl.control.sequence import num_blocks_for
 
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 on both sides: tokens are compared exactly
     torch.backends.cudnn.allow_tf32 = False

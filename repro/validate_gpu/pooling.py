@@ -15,10 +15,10 @@ SEED = 0
 
 def run(size, device: torch.device) -> dict:
     from reference_impl.backends.local import LocalBackend, generate
-    from reference_impl.engine import EngineConfig
-    from reference_impl.model import ModelConfig, random_model
-    from reference_impl.rblock import DEVICE, RBlock
-    from reference_impl.sequence import num_blocks_for
+    from reference_impl.control.engine import EngineConfig
+    from reference_impl.model.llama import ModelConfig, random_model
+    from reference_impl.control.rblock import DEVICE, RBlock
+    from reference_impl.control.sequence import num_blocks_for
 
     torch.backends.cuda.matmul.allow_tf32 = False
     config = ModelConfig(**asdict(size.shape))

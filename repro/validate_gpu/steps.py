@@ -76,13 +76,13 @@ def attention_time_s(backend, seqs, tables, reps: int = 3) -> float:
 
 def on_instance(addresses: list[int], inst_id: int = 0):
     """A request's rBlocks at `addresses` of one instance's device tier."""
-    from reference_impl.rblock import DEVICE, RBlock
+    from reference_impl.control.rblock import DEVICE, RBlock
 
     return [RBlock(i, inst_id, DEVICE, a) for i, a in enumerate(addresses)]
 
 
 def sequences(batch: int, tokens: int, vocab: int, rng, decode: bool):
-    from reference_impl.sequence import Sequence
+    from reference_impl.control.sequence import Sequence
 
     seqs = []
     for i in range(batch):
@@ -106,12 +106,12 @@ def decode_grid(batches, contexts, capacity_tokens: int):
 def run(size, device: torch.device) -> dict:
     from reference_impl.backends.local import LocalBackend
     from reference_impl.calibration.model import CalibratedPerfModel
-    from reference_impl.calibration.profile_overhead import engine_model_config
+    from reference_impl.profiling.step_overhead import engine_model_config
     from reference_impl.calibration.specs import model_spec
-    from reference_impl.engine import EngineConfig
-    from reference_impl.model import random_model
-    from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
-    from reference_impl.sequence import num_blocks_for
+    from reference_impl.control.engine import EngineConfig
+    from reference_impl.model.llama import random_model
+    from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
+    from reference_impl.control.sequence import num_blocks_for
     from repro.benchmarks.timing import peak_bandwidth_gb_s
 
     spec = model_spec(size.model)

@@ -10,7 +10,7 @@ from baselines.real_vllm.backend import random_prompts, run_vllm, vllm_python
 from baselines.real_vllm.config import VllmSetup
 from baselines.real_vllm.model import resolve_for_vllm, save_hf_folder
 from reference_impl.backends.local import generate
-from reference_impl.engine import EngineConfig
+from reference_impl.control.engine import EngineConfig
 from repro.cli import main
 
 pytestmark = pytest.mark.vllm

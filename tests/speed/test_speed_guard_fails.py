@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from reference_impl.engine import Engine
+from reference_impl.control.engine import Engine
 from repro.regression.speed import BLESS_COMMAND, check_ratio, load_baseline, measure
 from repro.regression.speed_workloads import BY_NAME
 

@@ -14,10 +14,10 @@ from reference_impl.backends.local import check_prompts
 from reference_impl.backends.ray.cluster import STRATEGIES, RayConfig, check_reachable, init_ray
 from reference_impl.backends.ray.engine import RayEngine
 from reference_impl.backends.ray.stats import LoopStats
-from reference_impl.engine import EngineConfig
+from reference_impl.control.engine import EngineConfig
 from reference_impl.errors import InputError
-from reference_impl.model import LlamaModel
-from reference_impl.sequence import Sequence
+from reference_impl.model.llama import LlamaModel
+from reference_impl.control.sequence import Sequence
 
 __all__ = ["STRATEGIES", "LoopStats", "RayConfig", "RayEngine", "RayGenerationResult", "check_reachable", "generate",
            "init_ray"]

@@ -22,10 +22,10 @@ from reference_impl.backends.ray.dataplane import DataPlane, GroupSpec, free_add
 from reference_impl.backends.ray.loop import InstanceLoop
 from reference_impl.backends.ray.messages import Abort, AddRequest, Hold, Reform, Served, Stop, Unhold
 from reference_impl.backends.ray.serve import InTurn, PartnerWork, serve
-from reference_impl.engine import EngineConfig
-from reference_impl.protocol import MoveKVCache, Swap
-from reference_impl.rblock import RBlock
-from reference_impl.sequence import Sequence
+from reference_impl.control.engine import EngineConfig
+from reference_impl.control.protocol import MoveKVCache, Swap
+from reference_impl.control.rblock import RBlock
+from reference_impl.control.sequence import Sequence
 
 MAX_CONCURRENCY = 64  # Ray threads: the driver's calls, a waiting call per peer, a step served per debtor
 GIL_SWITCH_S = 0.0005

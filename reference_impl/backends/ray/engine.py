@@ -23,11 +23,11 @@ from reference_impl.backends.ray.cluster import RayConfig
 from reference_impl.backends.ray.dataplane import GroupSpec
 from reference_impl.backends.ray.gmanager import GManagerActor
 from reference_impl.backends.ray.stats import LoopStats
-from reference_impl.engine import CHUNKED_SIM_ONLY, EngineConfig
+from reference_impl.control.engine import CHUNKED_SIM_ONLY, EngineConfig
 from reference_impl.errors import InputError
-from reference_impl.gmanager import GManagerConfig
-from reference_impl.model import LlamaModel
-from reference_impl.sequence import Sequence, Status, num_blocks_for
+from reference_impl.control.gmanager import GManagerConfig
+from reference_impl.model.llama import LlamaModel
+from reference_impl.control.sequence import Sequence, Status, num_blocks_for
 
 DEATH_GRACE_S = 5.0  # a broken data-plane group with every instance alive this long is a bug, not a failure
 STALL_S = 5.0  # nothing runs anywhere while requests wait this long: the memory budget cannot admit them

@@ -11,7 +11,7 @@ import torch
 from reference_impl.backends.ray.owned import Owned
 from reference_impl.backends.ray.serve import PartnerWork
 from reference_impl.backends.ray.step import DistStep, HomePlan, Pair, plan_step
-from reference_impl.sequence import Sequence
+from reference_impl.control.sequence import Sequence
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import ray
 
-from reference_impl.gmanager import GManager
+from reference_impl.control.gmanager import GManager
 
 DELIVERY_TIMEOUT_S = 5.0  # a dead instance never acknowledges; failover is the heartbeats' job
 

@@ -6,7 +6,7 @@ import threading
 
 from reference_impl.backends.ray.mailbox import IDLE_WAIT_S
 from reference_impl.backends.ray.owned import Owned
-from reference_impl.dgfm import execute_swap
+from reference_impl.control.dgfm import execute_swap
 
 
 class Holds(Owned):

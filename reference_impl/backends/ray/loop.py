@@ -31,9 +31,9 @@ from reference_impl.backends.ray.owned import Owned
 from reference_impl.backends.ray.peers import RemoteRManager
 from reference_impl.backends.ray.rejoin import rejoin
 from reference_impl.backends.ray.stats import LoopStats
-from reference_impl.instance import Instance
-from reference_impl.protocol import MoveKVCache, Swap
-from reference_impl.sequence import Status
+from reference_impl.control.instance import Instance
+from reference_impl.control.protocol import MoveKVCache, Swap
+from reference_impl.control.sequence import Status
 
 
 class InstanceLoop(Owned):

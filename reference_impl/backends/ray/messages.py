@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from reference_impl.sequence import Sequence
+from reference_impl.control.sequence import Sequence
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import time
 import ray
 from ray.exceptions import RayActorError
 
-from reference_impl.rblock import RBlock
+from reference_impl.control.rblock import RBlock
 
 _DEAD = object()
 

@@ -5,7 +5,7 @@ at an iteration boundary, once the driver's `Reform` message came (messages.py).
 import threading
 
 from reference_impl.backends.ray.messages import Reform
-from reference_impl.rblock import RBlock
+from reference_impl.control.rblock import RBlock
 
 
 def rejoin(loop, reform: Reform) -> None:

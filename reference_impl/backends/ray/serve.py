@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from reference_impl.backends.ray.step import Ask, DistStep
-from reference_impl.rblock import RBlock
+from reference_impl.control.rblock import RBlock
 
 
 @dataclass(slots=True)

@@ -17,12 +17,12 @@ from reference_impl.backends.clock import serve_on_clock
 from reference_impl.backends.local import random_prompts
 from reference_impl.backends.ray import RayConfig, RayEngine, init_ray
 from reference_impl.backends.ray.stats import LoopStats, StepMeans
-from reference_impl.engine import EngineConfig
+from reference_impl.control.engine import EngineConfig
 from reference_impl.errors import RequestsFailed
-from reference_impl.model import LlamaModel
+from reference_impl.model.llama import LlamaModel
 from reference_impl.serving.records import FAILED, ServingRun
 from reference_impl.sim.config import SimConfig, sim_engine
-from reference_impl.sim.systems import system_config
+from reference_impl.systems.registry import system_config
 
 PUBLISH_S = 0.02  # a loop publishes its counters at its next control phase: this long covers a step
 

@@ -18,7 +18,7 @@ import torch
 
 from reference_impl.backends.ray.dataplane import MOVE, PARTIAL, QUERY, tag
 from reference_impl.kernels import micro_attention, scale_reduce
-from reference_impl.kv_layer import causal_partial_attention
+from reference_impl.model.kv_layer import causal_partial_attention
 
 Pair = tuple[int, str, int, int, str, int]  # (src inst, src tier, src address, dst inst, dst tier, dst address)
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from reference_impl.calibration import CalibratedPerfModel
 from reference_impl.errors import InputError
-from reference_impl.links import INTRA_NODE
-from reference_impl.perf_model import InstanceLoad, causal_prefill_pairs
+from reference_impl.calibration.links import INTRA_NODE
+from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs
 
 MAX_PRECOPY_STAGES = 30
 

@@ -45,9 +45,9 @@ from repro.serving.curves import CurveGroup, find_saturation, probe_spec
 from repro.serving.plateau import Climb, climbs_to_plateau, max_tput_tok_s, reaches_plateau
 from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.errors import InputError
-from reference_impl.links import DEFAULT_LINK, INTER_NODE, INTRA_NODE
+from reference_impl.calibration.links import DEFAULT_LINK, INTER_NODE, INTRA_NODE
 from reference_impl.sim.config import SIM_ENGINE, as_simulated, engine_costs, with_engine
-from reference_impl.sim.systems import system_config
+from reference_impl.systems.registry import system_config
 
 CALIBRATED_PREFILL_TFLOPS = gpu_entry(GPU)["prefill_attn_tflops"]  # specs.json (FlashAttention-2's published rate)
 LONG_QUANTILE = 0.9

@@ -23,7 +23,7 @@ def context_tokens(requests) -> int:
 def calibrate(spec, device, dtype, seed: int, requests, max_batch: int, clock: str, quick: bool, folder: Path,
               repeat: int) -> Path:
     """`repro profile` of this machine with a plan covering the workload; the file the simulator reads."""
-    from reference_impl.calibration.profile_local import ProfilePlan, profile
+    from reference_impl.profiling.local import ProfilePlan, profile
 
     prompts = sorted(r.prompt_len for r in requests)
     total = sum(prompts)
@@ -58,7 +58,7 @@ def calibration_record(path: Path, load: float) -> dict:
 def add_measured_link(path: Path) -> dict:
     """Measure the gloo link between two processes here and add it to the calibration at `path` (the simulator
     reads it as link `links.GLOO`); returns one-way seconds by message bytes."""
-    from reference_impl.calibration.profile_link import add_link, measure_link
+    from reference_impl.profiling.link import add_link, measure_link
 
     sizes, times_s = measure_link()
     path.write_text(dumps(add_link(json.loads(path.read_text()), sizes, times_s, "gloo ping-pong on this machine")))

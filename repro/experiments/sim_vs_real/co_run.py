@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from reference_impl.engine import EngineConfig
-from reference_impl.sequence import Sequence, num_blocks_for
+from reference_impl.control.engine import EngineConfig
+from reference_impl.control.sequence import Sequence, num_blocks_for
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,11 +101,11 @@ def device_is_cpu(device: str) -> bool:
 
 def run(params: RunParams, log) -> dict:
     from reference_impl.backends.local import serve
-    from reference_impl.calibration.profile_overhead import engine_model_config
+    from reference_impl.profiling.step_overhead import engine_model_config
     from reference_impl.calibration.specs import model_spec
-    from reference_impl.engine import EngineConfig
-    from reference_impl.model import random_model
-    from reference_impl.sequence import num_blocks_for
+    from reference_impl.control.engine import EngineConfig
+    from reference_impl.model.llama import random_model
+    from reference_impl.control.sequence import num_blocks_for
     from reference_impl.sim.config import SimConfig, sim_engine
     from reference_impl.sim.simulator import simulate
 

@@ -72,7 +72,7 @@ def sim_config(engine, gm_config, setup: PooledSetup, model: str, coefficients_p
     it) and its gloo link."""
     from dataclasses import replace
 
-    from reference_impl.links import GLOO
+    from reference_impl.calibration.links import GLOO
     from reference_impl.sim.config import SimConfig
 
     return SimConfig(model=model, gpu=CPU_HARDWARE, link=GLOO, gmanager_interval_s=setup.gmanager_interval_s,
@@ -105,12 +105,12 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
     from reference_impl.backends.ray import RayConfig, init_ray
     from reference_impl.backends.ray.serving import RayServer, engine_config, instance_stats
     from reference_impl.calibration.model import CalibratedPerfModel
-    from reference_impl.gmanager import GManagerConfig
-    from reference_impl.links import GLOO
-    from reference_impl.calibration.profile_overhead import engine_model_config
+    from reference_impl.control.gmanager import GManagerConfig
+    from reference_impl.calibration.links import GLOO
+    from reference_impl.profiling.step_overhead import engine_model_config
     from reference_impl.sim.simulator import simulate
-    from reference_impl.model import random_model
-    from reference_impl.sim.systems import system_config
+    from reference_impl.model.llama import random_model
+    from reference_impl.systems.registry import system_config
 
     model = random_model(engine_model_config(spec), seed, torch.float32)
     threads_before = torch.get_num_threads()

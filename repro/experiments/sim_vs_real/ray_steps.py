@@ -12,8 +12,8 @@ costs its core, not the wait for one (the co-run term covers that)."""
 import numpy as np
 
 from reference_impl.calibration.engine_steps import DecodeStep, PrefillStep
-from reference_impl.engine import EngineConfig
-from reference_impl.sequence import Sequence, num_blocks_for
+from reference_impl.control.engine import EngineConfig
+from reference_impl.control.sequence import Sequence, num_blocks_for
 
 STEP_CPU_KEYS = ("control_cpu_s", "compute_cpu_s")
 

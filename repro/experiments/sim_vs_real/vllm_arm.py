@@ -58,7 +58,7 @@ def _grid(requests, max_batch: int, max_tokens: int, budget: int, quick: bool):
 
 def _ops_profile(spec, grid, budget: int, seed: int, quick: bool) -> dict:
     """This machine's op-level profile on the wall clock (our engine's step overhead in it is replaced later)."""
-    from reference_impl.calibration.profile_local import ProfilePlan, profile
+    from reference_impl.profiling.local import ProfilePlan, profile
 
     prefill = {k * grid.prompt_len for k in grid.prefill_prompts}
     plan = ProfilePlan(tokens=tuple(sorted({*grid.decode_batches, *prefill, 256, 1024, budget})),
@@ -103,11 +103,11 @@ def run_arm(spec, make_requests, rates, *, max_batch: int, max_tokens: int, repe
     from baselines.real_vllm.profile import grid_rounds, grid_steps
     from reference_impl.calibration.coefficients import dumps
     from reference_impl.calibration.engine_steps import fit_engine_steps
-    from reference_impl.calibration.profile_overhead import engine_model_config
-    from reference_impl.model import random_model
+    from reference_impl.profiling.step_overhead import engine_model_config
+    from reference_impl.model.llama import random_model
     from reference_impl.sim.config import SimConfig, sim_engine
     from reference_impl.sim.simulator import simulate
-    from reference_impl.sim.systems import system_config
+    from reference_impl.systems.registry import system_config
     from repro.experiments.sim_vs_real.points import run_summary
 
     blocks = max_batch * blocks_for(max_tokens, BLOCK_SIZE)  # every running request fits: no preemption

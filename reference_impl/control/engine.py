@@ -8,16 +8,16 @@ from functools import partial
 
 import numpy as np
 
-from reference_impl.dgfm import execute_swap
-from reference_impl.engine_config import EngineConfig, GManagerConfig
+from reference_impl.control.dgfm import execute_swap
+from reference_impl.control.engine_config import EngineConfig, GManagerConfig
 from reference_impl.errors import InputError
-from reference_impl.gmanager import GManager
-from reference_impl.instance import Backend, Instance
-from reference_impl.memo import Changes, Memo
-from reference_impl.perf_model import PerfModel
-from reference_impl.retrieval import blocks_to_retrieve, main_creditor
-from reference_impl.room import ClusterRoom
-from reference_impl.sequence import Sequence, num_blocks_for
+from reference_impl.control.gmanager import GManager
+from reference_impl.control.instance import Backend, Instance
+from reference_impl.control.memo import Changes, Memo
+from reference_impl.calibration.perf_model import PerfModel
+from reference_impl.control.retrieval import blocks_to_retrieve, main_creditor
+from reference_impl.control.room import ClusterRoom
+from reference_impl.control.sequence import Sequence, num_blocks_for
 
 __all__ = ["CHUNKED_SIM_ONLY", "Engine", "EngineConfig", "GManagerConfig"]
 

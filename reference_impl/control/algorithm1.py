@@ -9,8 +9,8 @@ space raises a debtor's batch, and how lent space lowers a creditor's, infinite-
 """
 from dataclasses import dataclass, field, replace
 
-from reference_impl.perf_model import InstanceLoad, PerfModel, throughput_tok_s
-from reference_impl.protocol import MoveKVCache
+from reference_impl.calibration.perf_model import InstanceLoad, PerfModel, throughput_tok_s
+from reference_impl.control.protocol import MoveKVCache
 
 K_MEMO_SIZE = 1 << 16  # plan_moves' k_memo is cleared when it holds this many pairs
 

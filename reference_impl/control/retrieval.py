@@ -7,8 +7,8 @@ the debtor; the debtor reads that KV itself). Both are valued with Algorithm 1's
 two instances' modelled throughput after k blocks come home from the creditor holding most of the debtor's
 remote blocks. k = 0 keeps the room for a larger batch.
 """
-from reference_impl.algorithm1 import _load, best_block_count
-from reference_impl.perf_model import PerfModel, throughput_tok_s
+from reference_impl.control.algorithm1 import _load, best_block_count
+from reference_impl.calibration.perf_model import PerfModel, throughput_tok_s
 
 
 def _state(inst) -> tuple:

@@ -8,12 +8,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from reference_impl.algorithm1 import InstanceView, plan_moves
-from reference_impl.dgfm import cancellable_debts, graph_nodes, plan_swap
-from reference_impl.engine_config import EngineConfig, GManagerConfig
-from reference_impl.memo import Memo
-from reference_impl.perf_model import AnalyticPerfModel, PerfModel
-from reference_impl.protocol import Heartbeat, InstanceStatus, MoveKVCache, RequestPlacementEntry, Swap
+from reference_impl.control.algorithm1 import InstanceView, plan_moves
+from reference_impl.control.dgfm import cancellable_debts, graph_nodes, plan_swap
+from reference_impl.control.engine_config import EngineConfig, GManagerConfig
+from reference_impl.control.memo import Memo
+from reference_impl.calibration.perf_model import AnalyticPerfModel, PerfModel
+from reference_impl.control.protocol import Heartbeat, InstanceStatus, MoveKVCache, RequestPlacementEntry, Swap
 
 
 __all__ = ["GManager", "GManagerConfig"]

@@ -12,7 +12,7 @@ import math
 import torch
 
 from reference_impl.kernels import micro_attention, scale_reduce
-from reference_impl.rblock import RBlock
+from reference_impl.control.rblock import RBlock
 
 Location = tuple[int, str]  # (inst_id, tier)
 

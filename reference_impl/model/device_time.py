@@ -11,7 +11,7 @@ import re
 import time
 
 from reference_impl.errors import InputError
-from reference_impl.model import LlamaModel, ModelConfig, random_model
+from reference_impl.model.llama import LlamaModel, ModelConfig, random_model
 
 SMALL = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=2)
 SPEC = re.compile(r"device-time:(\d+(?:\.\d+)?)ms")

@@ -3,7 +3,7 @@ by EngineConfig). The simulator's config holds an EngineConfig beside its own fi
 from dataclasses import dataclass
 
 from reference_impl.errors import InputError
-from reference_impl.sequence import Sequence, num_blocks_for
+from reference_impl.control.sequence import Sequence, num_blocks_for
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The cluster's room as the engine reads it for admission against the pool: each instance's lendable and free
 rBlocks, their sums, and the pooled room of each instance asked since memory last changed."""
-from reference_impl.memo import Changes
+from reference_impl.control.memo import Changes
 
 
 class ClusterRoom:

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from reference_impl.protocol import Swap
+from reference_impl.control.protocol import Swap
 
 
 def debt_graph(placements: dict[int, dict[int, int]], homes: dict[int, int]) -> dict[int, dict[int, int]]:

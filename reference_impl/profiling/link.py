@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from reference_impl.calibration.curve import fit_curve
 from reference_impl.calibration.fit import curve_entry
-from reference_impl.links import GLOO
+from reference_impl.calibration.links import GLOO
 
 SIZES_BYTES = (256, 4096, 32768, 262144, 1 << 20)
 

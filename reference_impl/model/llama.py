@@ -229,19 +229,6 @@ def load_model(path: str | Path, dtype=torch.float32) -> LlamaModel:
     return LlamaModel(config, {k: weights[k].to(dtype) for k in expected})
 
 
-def resolve_model(spec: str, dtype=torch.float32, seed: int = 0) -> LlamaModel:
-    """'tiny' (built in, random from `seed`), 'device-time:<N>ms' (device_time.py) or a path to a Hugging Face
-    LLaMA folder."""
-    from reference_impl.device_time import DeviceTimeModel, parse_device_time
-
-    step_s = parse_device_time(spec)
-    if step_s is not None:
-        return DeviceTimeModel(step_s, seed=seed)
-    if spec == "tiny":
-        return random_model(TINY, seed, dtype)
-    return load_model(spec, dtype)
-
-
 def describe(config: ModelConfig) -> dict:
     return {**asdict(config), "head_dim": config.head_dim}
 

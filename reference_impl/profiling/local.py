@@ -19,7 +19,7 @@ import torch
 
 from reference_impl.calibration.curve import fit_curve, round_sig
 from reference_impl.calibration.fit import FORMAT, NON_ATTENTION_MAX_REL_ERR, curve_entry
-from reference_impl.calibration.profile_overhead import measure_overhead
+from reference_impl.profiling.step_overhead import measure_overhead
 from reference_impl.calibration.specs import ModelSpec
 
 GPU_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
@@ -153,7 +153,7 @@ def _randn(shape, gen: torch.Generator, device: torch.device, dtype: torch.dtype
 
 
 def _prefill_attn_flops_per_s(spec: ModelSpec, plan: ProfilePlan, device, dtype, gen) -> float:
-    from reference_impl.kv_layer import causal_partial_attention
+    from reference_impl.model.kv_layer import causal_partial_attention
 
     n = plan.prefill_tokens
     q = torch.randn(n, spec.num_heads, spec.head_dim, generator=gen).to(device, dtype)

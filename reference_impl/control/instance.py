@@ -5,11 +5,11 @@ the model on real tensors, the simulator only advances a clock. The control plan
 """
 from typing import Protocol
 
-from reference_impl.protocol import InstanceStatus
-from reference_impl.rblock import RBlock
-from reference_impl.rmanager import RManager
-from reference_impl.scheduler import Scheduler
-from reference_impl.sequence import Sequence
+from reference_impl.control.protocol import InstanceStatus
+from reference_impl.control.rblock import RBlock
+from reference_impl.control.rmanager import RManager
+from reference_impl.control.scheduler import Scheduler
+from reference_impl.control.sequence import Sequence
 
 
 class Backend(Protocol):

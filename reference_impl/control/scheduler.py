@@ -7,8 +7,8 @@ model (the Ray actors' schedulers) waiting requests come first and retrieval tak
 """
 from collections import deque
 
-from reference_impl.rmanager import Recommend, RManager
-from reference_impl.sequence import Sequence, Status, num_blocks_for
+from reference_impl.control.rmanager import Recommend, RManager
+from reference_impl.control.sequence import Sequence, Status, num_blocks_for
 
 STALE = -1  # min_waiting_blocks is to be recomputed
 

@@ -2,9 +2,9 @@
 from dataclasses import replace
 
 from reference_impl.calibration.specs import gpu_entry, model_spec
-from reference_impl.engine_config import EngineConfig
+from reference_impl.control.engine_config import EngineConfig
 from reference_impl.errors import InputError
-from reference_impl.sim.baselines import vllm_m, vllm_s
+from reference_impl.systems.baselines import vllm_m, vllm_s
 from reference_impl.sim.config import SIM_ENGINE, SimConfig, perf_model
 
 
