@@ -2,7 +2,7 @@
 round trip to the peer's loop: a reservation, taking reserved blocks, both at once (borrow), a creditor's reclaim
 asks, a look at the peer's tables), counted per caller so that the simulator can charge each a calibrated latency
 on the caller's next step (EngineCosts.peer_call_s). Which calls wait is the Ray engine's RemoteRManager's
-(backends/ray/peers.py, its `ask` calls): the names below, kept equal to those by tests/test_sim_peer_calls.py. Only
+(backends/ray/peers.py, its `ask` calls): the names below, kept equal to those by tests/sim/test_sim_peer_calls.py. Only
 installed where that latency is non-zero."""
 
 WAITING_CALLS = frozenset({"try_move_kvcache", "take_reserved", "borrow", "move_kvcache", "num_moving",

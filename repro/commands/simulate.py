@@ -4,7 +4,7 @@ from reference_impl.errors import InputError
 from reference_impl.calibration.links import DEFAULT_LINK, check_link
 
 # reference_impl.systems.registry.SYSTEMS, named here so `repro simulate --help` need not import the cost model
-# (tests/test_bad_input_cli.py checks the two agree)
+# (tests/cli/test_bad_input_cli.py checks the two agree)
 SYSTEM_NAMES = ("infinite-llm", "vllm-m", "vllm-s")
 
 

@@ -9,7 +9,7 @@ code version. A job (Sweep.job: a simulation that is not a serving point) is key
 the code version (job_fields).
 
 The code version is a sha256 over the source and data files of the packages a simulation imports (SIM_SOURCES,
-less what it never imports: NOT_SIMULATED, checked by tests/test_point_store.py in a fresh process), not a constant
+less what it never imports: NOT_SIMULATED, checked by tests/serving/test_point_store.py in a fresh process), not a constant
 bumped by hand: any edit there, even one that cannot change a number, makes every point new. That costs a re-run
 after a refactor; a constant forgotten once would give stale numbers silently.
 """

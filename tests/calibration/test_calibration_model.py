@@ -13,7 +13,7 @@ from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_p
 
 A100 = "A100-80GB-SXM"
 SETTINGS = [("llama2-7b", 1), ("llama2-7b", 2), ("llama2-13b", 2), ("llama2-70b", 4), ("llama2-70b", 8)]
-HW_JSON = Path(__file__).resolve().parents[2] / "shared/data/paper/hardware_and_models.json"
+HW_JSON = Path(__file__).resolve().parents[3] / "shared/data/paper/hardware_and_models.json"
 
 
 def model_for(name="llama2-7b", tp=1, **kw):

@@ -13,7 +13,7 @@ from repro.cli import main
 from repro.validate_gpu.runner import run_all
 from repro.validate_gpu.sizes import DRY, PARTS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "repro/validate_gpu/schema.json").read_text())
 
 

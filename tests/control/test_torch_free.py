@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TORCH_FREE = ("reference_impl.control", "reference_impl.calibration", "reference_impl.sim", "reference_impl.systems",
               "reference_impl.serving")
 CODE = """

@@ -226,7 +226,7 @@ def test_serving_point_fits_the_serving_schema():
 
     import jsonschema
 
-    schema_path = Path(__file__).resolve().parents[1] / "repro" / "schemas" / "serving.schema.json"
+    schema_path = Path(__file__).resolve().parents[2] / "repro" / "schemas" / "serving.schema.json"
     if not schema_path.exists():
         pytest.skip("the serving experiments' schema has not landed")
     schema = json.loads(schema_path.read_text())

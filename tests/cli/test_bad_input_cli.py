@@ -234,14 +234,14 @@ def test_top_level_help_imports_no_command():
             "heavy = [m for m in ('torch', 'numpy', 'jsonschema', 'repro.commands.run') if m in sys.modules]\n"
             "print(heavy, file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
     assert done.stderr.strip() == "[]" and "simulate" in done.stdout
 
 
 def test_a_refusal_by_the_machine_is_one_line(in_tmp, capsys):
     (in_tmp / "results" / "migration" / "sim-full-seed0").mkdir(parents=True)
     (in_tmp / "figs" / "distkv-llm-fig9.png").mkdir(parents=True)  # a folder where the figure goes
-    source = Path(__file__).parents[1] / "results" / "migration" / "sim-full-seed0" / "result.json"
+    source = Path(__file__).parents[2] / "results" / "migration" / "sim-full-seed0" / "result.json"
     if not source.is_file():
         pytest.skip("the committed migration result is not in this checkout")
     (in_tmp / "results" / "migration" / "sim-full-seed0" / "result.json").write_text(source.read_text())

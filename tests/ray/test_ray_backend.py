@@ -14,14 +14,14 @@ ray = pytest.importorskip("ray")
 from click.testing import CliRunner  # noqa: E402
 
 from reference_impl.backends.local import generate as local_generate  # noqa: E402
-from reference_impl.backends.ray import RayConfig, RayEngine, check_reachable, init_ray  # noqa: E402
+from reference_impl.backends.ray import RayConfig, RayEngine, check_reachable  # noqa: E402
 from reference_impl.control.engine import EngineConfig  # noqa: E402
 from reference_impl.control.gmanager import GManagerConfig  # noqa: E402
 from reference_impl.model.llama import TINY, random_model  # noqa: E402
 from reference_impl.control.sequence import Sequence  # noqa: E402
 from repro.cli import cli  # noqa: E402
 
-pytestmark = pytest.mark.xdist_group("ray")
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.usefixtures("local_ray")]
 
 MODEL = random_model(TINY, seed=3)
 # 5, 31 and 60 tokens: with 8 rBlocks of 4 tokens per instance the two long ones spread over instances
@@ -29,14 +29,6 @@ PROMPTS = [[7, 300, 12, 9, 44], list(range(100, 131)), list(range(1, 61))]
 SPREAD = EngineConfig(3, 8, block_size=4, seed=3)  # what the CLI case below asks for
 NUM_NEW = 12
 
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    # the project's own start: workers at this process's priority (at Ray's default nice 15 the gManager's restart
-    # took 60 s beside busy test workers, and the restart case timed out)
-    assert init_ray(RayConfig(num_cpus=2))
-    yield
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

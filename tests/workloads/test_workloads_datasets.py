@@ -41,7 +41,7 @@ def test_copied_tables_match_the_shared_claims():
 
     from workloads.paper_tables import TRACES
 
-    claims_path = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "paper" / "claims.json"
+    claims_path = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "paper" / "claims.json"
     if not claims_path.is_file():
         pytest.skip("shared/data/paper/claims.json is not beside this checkout")
     claims = json.loads(claims_path.read_text())

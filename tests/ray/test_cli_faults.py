@@ -4,7 +4,7 @@ its status and reason, the requests that fit the survivors end with the local ba
 status says whether any request failed (3, docs/cli.md). A serving run that loses requests so raises and drops
 its engine.
 
-One private Ray for the module (as tests/test_ray_backend.py); `xdist_group` keeps it off the other Ray tests' CPUs."""
+One private Ray for the module (as tests/ray/test_ray_backend.py); `xdist_group` keeps it off the other Ray tests' CPUs."""
 import json
 import os
 import signal
@@ -14,11 +14,11 @@ import pytest
 ray = pytest.importorskip("ray")
 
 import reference_impl.backends.ray as ray_backend  # noqa: E402
-from reference_impl.backends.ray import RayConfig, init_ray  # noqa: E402
+from reference_impl.backends.ray import RayConfig  # noqa: E402
 from repro.cli import main  # noqa: E402
 from repro.exit_codes import REQUESTS_FAILED  # noqa: E402
 
-pytestmark = pytest.mark.xdist_group("ray")
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.usefixtures("local_ray")]
 
 SHORT = [[1, 2, 3], [4, 5, 6, 7], [9, 9, 9], [10, 11], [3, 3, 3, 3, 3], [7]]
 LONG = [list(range(1, 61)), list(range(2, 62))]  # 60 + 12 tokens: 9 rBlocks of 8, more than two instances of 4 hold
@@ -26,12 +26,6 @@ BLOCK_SIZE, NEW_TOKENS = 8, 12
 ARGS = ["--model", "device-time:20ms", "--instances", "3", "--block-size", str(BLOCK_SIZE), "--max-new-tokens",
         str(NEW_TOKENS), "--ignore-eos", "--json"]
 
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    assert init_ray(RayConfig(num_cpus=2))
-    yield
-    ray.shutdown()
 
 
 def repro(argv, capsys) -> tuple[int, str, str]:

@@ -16,7 +16,7 @@ from reference_impl.calibration.fit import REGENERATE, calibrate, datasheet_drif
 from reference_impl.calibration.readers import NON_ATTENTION_OPS
 from reference_impl.errors import InputError
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 PROFILES = SHARED / "profiles"
 needs_shared = pytest.mark.skipif(not PROFILES.is_dir(), reason="../shared/data/profiles is absent")
 
