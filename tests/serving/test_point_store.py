@@ -114,7 +114,7 @@ def test_a_simulation_imports_nothing_outside_the_code_version():
     hashes (what NOT_SIMULATED leaves out is never imported)."""
     script = (
         "import sys; from repro.serving.tasks import run_job\n"
-        "from tests.test_point_store import _task\n"
+        "from tests.serving.test_point_store import _task\n"
         "run_job((_task(), None))\n"
         "print('\\n'.join(m.__file__ for m in list(sys.modules.values()) if getattr(m, '__file__', None)))\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,

@@ -47,12 +47,6 @@ def loop_stats(engine: RayEngine) -> dict[int, LoopStats]:
     return engine.stats()
 
 
-def loop_counters(engine: RayEngine) -> dict[int, dict]:
-    """`loop_stats` as dicts, for readers not yet reading them by attribute (repro/experiments/sim_vs_real/ray_steps.py,
-    co_run.py); to be removed with them."""
-    return {i: asdict(s) for i, s in loop_stats(engine).items()}
-
-
 def instance_stats(stats: dict[int, LoopStats]) -> dict:
     """Per-step means over the instances' loops (ms) and the counts the comparison reads, as a results file holds
     them."""

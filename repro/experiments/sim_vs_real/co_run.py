@@ -36,7 +36,8 @@ def measure_co_run(model, ray_config, num_instances: int, *, batch: int = 16, pr
                    max_new_tokens: int = 32, block_size: int = 16, rounds: int = 3, seed: int = 0) -> CoRun:
     """Instance 0's compute time per step serving `batch` requests alone and beside the other instances."""
     from reference_impl.backends.ray import RayEngine
-    from reference_impl.backends.ray.serving import loop_counters
+    from reference_impl.backends.ray.serving import loop_stats
+    from reference_impl.backends.ray.stats import LoopStats
 
     rng = np.random.default_rng(seed)
     prompts = [rng.integers(0, model.config.vocab_size, prompt_len).tolist() for _ in range(batch)]
@@ -47,8 +48,8 @@ def measure_co_run(model, ray_config, num_instances: int, *, batch: int = 16, pr
     next_id = iter(range(10**9))
 
     def counters() -> tuple[float, float, int]:
-        stats = loop_counters(engine).get(0, {})
-        return stats.get("compute_s", 0.0), stats.get("compute_cpu_s", 0.0), stats.get("num_steps", 0)
+        stats = loop_stats(engine).get(0, LoopStats())
+        return stats.compute_s, stats.compute_cpu_s, stats.num_steps
 
     def compute_ms_per_step(homes) -> tuple[float, float]:
         """(wall, CPU) ms of instance 0's compute per step."""

@@ -15,7 +15,6 @@ from reference_impl.calibration.engine_steps import DecodeStep, PrefillStep
 from reference_impl.control.engine import EngineConfig
 from reference_impl.control.sequence import Sequence, num_blocks_for
 
-STEP_CPU_KEYS = ("control_cpu_s", "compute_cpu_s")
 
 
 class RaySteps:
@@ -38,10 +37,10 @@ class RaySteps:
         self.totals = (0.0, 0)  # the loop's CPU seconds and steps as of the last run's end
 
     def _totals(self) -> tuple[float, int]:
-        from reference_impl.backends.ray.serving import loop_counters
+        from reference_impl.backends.ray.serving import loop_stats
 
-        stats = loop_counters(self.engine)[0]
-        return sum(stats[k] for k in STEP_CPU_KEYS), stats["num_steps"]
+        stats = loop_stats(self.engine)[0]
+        return stats.control_cpu_s + stats.compute_cpu_s, stats.num_steps
 
     def _run(self, batch: int, new_tokens: int) -> tuple[float, int]:
         """(loop CPU seconds, steps) of `batch` requests generating `new_tokens` each (an idle loop adds to
