@@ -8,7 +8,7 @@ from reference_impl.errors import InputError
 from reference_impl.control.rmanager import RManager
 from reference_impl.control.scheduler import Scheduler
 from reference_impl.control.sequence import Sequence, Status
-from test_control_plane import check_invariants
+from rm_cluster import check_invariants
 
 
 class NullBackend:
