@@ -24,3 +24,19 @@ def pytest_collection_modifyitems(config, items):
 def pytest_addoption(parser):
     parser.addoption("--bench-size", choices=("ci", "large"), default="ci",
                      help="sizes of the speed guard (tests/speed): ci for `make test`, large for `make bench`")
+
+
+@pytest.fixture
+def repro_cli(capsys):
+    """`repro ARGV` through its console entry point: (exit status, stdout, stderr)."""
+    from repro.cli import main
+
+    def run(argv) -> tuple[int, str, str]:
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run

@@ -15,7 +15,6 @@ ray = pytest.importorskip("ray")
 
 import reference_impl.backends.ray as ray_backend  # noqa: E402
 from reference_impl.backends.ray import RayConfig  # noqa: E402
-from repro.cli import main  # noqa: E402
 from repro.exit_codes import REQUESTS_FAILED  # noqa: E402
 
 pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.usefixtures("local_ray")]
@@ -28,15 +27,6 @@ ARGS = ["--model", "device-time:20ms", "--instances", "3", "--block-size", str(B
 
 
 
-def repro(argv, capsys) -> tuple[int, str, str]:
-    """Exit status, stdout and stderr of `repro ARGV`."""
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exit_info:
-        code = exit_info.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def generate_args(prompts, blocks_per_instance: int) -> list[str]:
@@ -67,14 +57,14 @@ def kill_an_instance(monkeypatch):
 @pytest.mark.parametrize("prompts, blocks_per_instance", [(SHORT, 16), (SHORT[:2] + LONG, 4)],
                          ids=["room-to-spare", "too-little-room"])
 def test_an_instance_killed_mid_run_keeps_stdout_json_and_the_exit_status_honest(
-        prompts, blocks_per_instance, kill_an_instance, capsys):
+        prompts, blocks_per_instance, kill_an_instance, repro_cli):
     argv = generate_args(prompts, blocks_per_instance)
-    code, out, _ = repro(["generate", *argv, "--backend", "local"], capsys)
+    code, out, _ = repro_cli(["generate", *argv, "--backend", "local"])
     assert code == 0
     local = json.loads(out)
     assert [r["status"] for r in local["requests"]] == ["finished"] * len(prompts)
 
-    code, out, err = repro(["generate", *argv, "--backend", "ray"], capsys)
+    code, out, err = repro_cli(["generate", *argv, "--backend", "ray"])
     assert kill_an_instance, "no instance was killed: the run ended before its first tokens"
     result = json.loads(out)  # nothing of Ray's on stdout
     statuses = [r["status"] for r in result["requests"]]
@@ -92,14 +82,14 @@ def test_an_instance_killed_mid_run_keeps_stdout_json_and_the_exit_status_honest
     assert not failed or any(line.startswith("error: ") and "requests failed" in line for line in err.splitlines())
 
 
-def test_an_experiment_whose_requests_failed_exits_3_with_one_line(monkeypatch, capsys):
+def test_an_experiment_whose_requests_failed_exits_3_with_one_line(monkeypatch, repro_cli):
     from reference_impl.errors import RequestsFailed
 
     def lose_requests(*_args, **_kwargs):
         raise RequestsFailed({2: "instance 0 died; it no longer fits"}, 4)
 
     monkeypatch.setattr("repro.results.run_and_save", lose_requests)
-    code, out, err = repro(["run", "--experiment", "e2e", "--backend", "ray", "--quick"], capsys)
+    code, out, err = repro_cli(["run", "--experiment", "e2e", "--backend", "ray", "--quick"])
     assert code == REQUESTS_FAILED and "wrote" not in out
     errors = [line for line in err.splitlines() if line.startswith("error: ")]  # Ray may add its own lines
     assert len(errors) == 1 and errors[0].startswith("error: 1 of 4 requests failed; request 2: instance 0 died")
