@@ -1,6 +1,8 @@
 """What each part measures on a GPU, and the toy sizes of the CPU dry run."""
 from dataclasses import dataclass
 
+from repro.attention.cli import DTYPES, LAYOUTS
+
 
 @dataclass(frozen=True, slots=True)
 class AttentionSize:
@@ -80,8 +82,8 @@ class Sizes:
     serving: ServingSize
 
 
-ALL_CHECK_CASES = tuple((b, d, lay) for b in ("triton", "torch") for d in ("float32", "float16", "bfloat16")
-                        for lay in ("MHA", "GQA", "MQA"))
+# `repro attention check`'s grid: both backends, every dtype and head layout
+ALL_CHECK_CASES = tuple((b, d, lay) for b in ("triton", "torch") for d in DTYPES for lay in LAYOUTS)
 SMALL_GQA = ModelShape(vocab_size=512, hidden_size=256, intermediate_size=688, num_layers=4, num_heads=8,
                        num_kv_heads=2)
 POOL_SHAPE = ModelShape(vocab_size=4096, hidden_size=1024, intermediate_size=2752, num_layers=8, num_heads=16,

@@ -21,17 +21,21 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def timed_step_s(backend, seqs, tables, is_prefill: bool, reps: int) -> float:
-    """Median wall seconds of one engine step over `reps`, after one warm-up; `tables[i]`: the rBlocks of
-    `seqs[i]`."""
+def run_step(backend, seqs, tables, is_prefill: bool) -> None:
+    """One engine step of `seqs` (`tables[i]`: the rBlocks of `seqs[i]`), as the engine calls the backend."""
     instance = SimpleNamespace(rm=SimpleNamespace(tables={s.req_id: t for s, t in zip(seqs, tables)}))
+    backend.execute(instance, seqs, is_prefill)  # returns the ids on the host: the step is done
+
+
+def timed_step_s(backend, seqs, tables, is_prefill: bool, reps: int) -> float:
+    """Median wall seconds of one engine step over `reps`, after one warm-up."""
     samples = []
     for _ in range(reps + 1):
         _sync(backend.device)
         start = time.perf_counter()
-        backend.execute(instance, seqs, is_prefill)  # returns the ids on the host: the step is done
+        run_step(backend, seqs, tables, is_prefill)
         samples.append(time.perf_counter() - start)
-    return statistics.median(samples[1:] or samples)
+    return statistics.median(samples[1:])
 
 
 def attention_time_s(backend, seqs, tables, reps: int = 3) -> float:
@@ -66,7 +70,7 @@ def attention_time_s(backend, seqs, tables, reps: int = 3) -> float:
     try:
         for _ in range(reps):
             spans = []
-            timed_step_s(backend, seqs, tables, False, 0)
+            run_step(backend, seqs, tables, False)
             _sync(backend.device)
             totals.append(sum(s.elapsed_time(e) / 1e3 for s, e in spans) if cuda else sum(spans))
     finally:
