@@ -56,6 +56,9 @@ class ServingRun:
     idle_waiting_frac: float = 0.0  # share of instance-time idle while a waiting request fit the free rBlocks
     peak_batch_size: int | None = None  # the largest running batch of any instance (None: not recorded)
     end_s: float = 0.0
+    # what a design counts of its own mechanism (sim/policy.py Policy.finish), names with units: e.g. migrations,
+    # migration_pause_s, kv_hop_bytes
+    design_counters: dict[str, float] = field(default_factory=dict)
 
     @property
     def finished(self) -> list[RequestRecord]:

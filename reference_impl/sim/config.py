@@ -38,6 +38,10 @@ class SimConfig:
     # calibration's (none in the A100/H100 fits, which have no engine; measured by sim-vs-real's pooled arm)
     engine_costs: EngineCosts | None = None
     engine: EngineConfig = SIM_ENGINE  # the instances, pooling and the control plane's knobs
+    # The serving design whose policies run this cluster (reference_impl/systems/catalog.py), and its own knobs
+    # (a frozen dataclass of that design's; None: its defaults)
+    design: str = "infinite-llm"
+    design_knobs: object | None = None
 
     def __post_init__(self):
         if not self.gmanager_interval_s > 0:

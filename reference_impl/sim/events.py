@@ -1,5 +1,5 @@
 """The simulator's events (Vidur's shape): each kind handles itself on the simulator and returns the events it
-causes. Arrival: capacity check (EngineConfig.check_fits), dispatch to the most free memory (Engine.add_request).
+causes. Arrival: the design's dispatch (sim/policy.py; by default the capacity check and the most free memory).
 Step: one step of an instance (a KV-move chunk, schedule, the step's cost, postprocess); then a blocked waiting
 request may go to an instance that can admit it, and idle instances take waiting work that fits
 (Engine.redispatch, Engine.fill_idle). Handoff: what the steps of instances that wait for others would do,
@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from reference_impl.errors import InputError
 from reference_impl.control.sequence import Sequence
 
 if TYPE_CHECKING:
@@ -51,14 +50,9 @@ class Arrival(Event):
     def handle(self, sim: Simulator) -> list[Event]:
         r = self.request
         seq = Sequence(r.req_id, PromptIds(r.prompt_len), r.output_len)
-        try:
-            sim.engine.config.check_fits(seq)
-        except InputError:
-            sim.arrived(seq, None)
-            return []
-        inst_id = sim.engine.add_request(seq)
+        inst_id = sim.policy.dispatch(seq)
         sim.arrived(seq, inst_id)
-        return sim.wake(inst_id, self.time_s)
+        return [] if inst_id is None else sim.wake(inst_id, self.time_s)
 
 
 @dataclass(slots=True)

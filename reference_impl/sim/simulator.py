@@ -27,6 +27,7 @@ from reference_impl.serving.records import FINISHED, REJECTED, RequestRecord, Se
 from reference_impl.sim.backend import SimBackend, StepOutcome, build_engine
 from reference_impl.sim.config import SimConfig
 from reference_impl.sim.events import MAX_NOOP_STEPS_PER_INSTANT, Arrival, Event, GManagerRound, Handoff, Step
+from reference_impl.systems.catalog import design
 
 GC_YOUNG_THRESHOLD = 50_000
 
@@ -42,7 +43,8 @@ class Simulator:
         self.on_event, self.on_round = on_event, on_round
         self.records = {r.req_id: RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len) for r in requests}
         self.result = ServingRun(list(self.records.values()))
-        self.backend = SimBackend(config, self.records, prefill_elsewhere=prefill_elsewhere)
+        self.design = design(config.design)
+        self.backend: SimBackend = self.design.backend(config, self.records, prefill_elsewhere=prefill_elsewhere)
         self.engine = build_engine(config, self.backend)
         self.seqs: dict[int, Sequence] = {}
         self.busy = [False] * config.engine.num_instances  # a step event is queued
@@ -64,9 +66,11 @@ class Simulator:
         self._queue: list[tuple[float, int, Event]] = []
         self._order = itertools.count()
         self._steady = _SteadyEnd(requests) if steady_only and requests else None
+        self.policy = self.design.policy(self)
         self.schedule([Arrival(r.arrival_s, r) for r in sorted(requests, key=lambda r: (r.arrival_s, r.req_id))])
-        if config.engine.pooling:
+        if self.policy.runs_gmanager:
             self.schedule([GManagerRound(0.0)])
+        self.schedule(self.policy.start())
 
     def schedule(self, events: list[Event]) -> None:
         for event in events:
@@ -94,6 +98,7 @@ class Simulator:
         self.result.num_moved_blocks = self.backend.num_moved_blocks
         self.result.idle_waiting_frac = self.idle_waiting_frac()
         self.result.peak_batch_size = max(i.scheduler.peak_running for i in self.engine.instances)
+        self.policy.finish()
         return self.result
 
     # --- what the events call

@@ -1,18 +1,12 @@
-"""The systems compared in the experiments, as policies over one cluster config (a dict that feeds click.Choice)."""
+"""Infinite-LLM's cluster of a number of GPUs (the base every design reshapes), and a design's config of it."""
 from dataclasses import replace
 
 from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.control.engine_config import EngineConfig
 from reference_impl.errors import InputError
-from reference_impl.systems.baselines import vllm_m, vllm_s
+from reference_impl.systems.catalog import design
 from reference_impl.sim.config import SIM_ENGINE, SimConfig, perf_model
 
-
-def infinite_llm(config: SimConfig) -> SimConfig:
-    return config
-
-
-SYSTEMS = {"infinite-llm": infinite_llm, "vllm-m": vllm_m, "vllm-s": vllm_s}
 
 KV_SHARE_MIN = 0.5  # an instance is "appropriate" when at least this share of its usable memory holds KV
 
@@ -49,6 +43,5 @@ def cluster(model: str, gpu: str, num_gpus: int, *, engine: EngineConfig = SIM_E
 
 
 def system_config(system: str, base: SimConfig) -> SimConfig:
-    if system not in SYSTEMS:
-        raise InputError(f"unknown system {system!r}: choose one of {', '.join(SYSTEMS)}")
-    return SYSTEMS[system](base)
+    """`base` as the design called `system` runs it (catalog.py)."""
+    return design(system).config(base)

@@ -2,10 +2,8 @@ import click
 
 from reference_impl.errors import InputError
 from reference_impl.calibration.links import DEFAULT_LINK, check_link
+from reference_impl.systems.catalog import DESIGN_NAMES
 
-# reference_impl.systems.registry.SYSTEMS, named here so `repro simulate --help` need not import the cost model
-# (tests/cli/test_bad_input_cli.py checks the two agree)
-SYSTEM_NAMES = ("infinite-llm", "vllm-m", "vllm-s")
 
 
 def _check_link(_ctx, _param, value):
@@ -18,7 +16,7 @@ def _check_link(_ctx, _param, value):
 @click.command()
 @click.option("--workload", "workload_path", required=True, type=click.Path(dir_okay=False),
               help="JSONL requests (repro workloads generate).")
-@click.option("--system", type=click.Choice(SYSTEM_NAMES), default="infinite-llm", show_default=True)
+@click.option("--system", type=click.Choice(DESIGN_NAMES), default="infinite-llm", show_default=True)
 @click.option("--model", default="llama2-7b", show_default=True)
 @click.option("--gpu", default="A100-80GB-SXM", show_default=True)
 @click.option("--gpus", "num_gpus", default=4, show_default=True, type=click.IntRange(min=1),

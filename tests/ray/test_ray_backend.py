@@ -203,9 +203,9 @@ def test_ray_config_rejects_bad_settings():
 def test_ray_systems_are_the_simulators_policies_over_the_same_rblocks():
     from reference_impl.backends.ray.serving import engine_config
     from reference_impl.errors import InputError
-    from reference_impl.systems.registry import SYSTEMS
+    from reference_impl.systems.catalog import DESIGNS, design
 
-    configs = {system: engine_config(system, 3, 10, 8, seed=1) for system in SYSTEMS}
+    configs = {system: engine_config(system, 3, 10, 8, seed=1) for system in DESIGNS if design(system).real_engine}
     for c in configs.values():  # every system holds the cluster's 30 rBlocks
         assert c.num_instances * c.blocks_per_instance == 30 and c.block_size == 8 and c.seed == 1
     assert (configs["infinite-llm"].num_instances, configs["infinite-llm"].pooling) == (3, True)

@@ -18,11 +18,11 @@ from reference_impl.backends.local import random_prompts
 from reference_impl.backends.ray import RayConfig, RayEngine, init_ray
 from reference_impl.backends.ray.stats import LoopStats, StepMeans
 from reference_impl.control.engine import EngineConfig
-from reference_impl.errors import RequestsFailed
+from reference_impl.errors import InputError, RequestsFailed
 from reference_impl.model.llama import LlamaModel
 from reference_impl.serving.records import FAILED, ServingRun
 from reference_impl.sim.config import SimConfig, sim_engine
-from reference_impl.systems.registry import system_config
+from reference_impl.systems.catalog import design
 
 PUBLISH_S = 0.02  # a loop publishes its counters at its next control phase: this long covers a step
 
@@ -32,8 +32,11 @@ def engine_config(system: str, num_instances: int, blocks_per_instance: int, blo
     """The engine config of `system` on `num_instances` instances of `blocks_per_instance` rBlocks each: the
     simulator's policy decides the instances and the pooling, and the cluster's rBlocks are shared among the
     instances it keeps (vLLM-S: one instance holds them all)."""
+    chosen = design(system)
+    if not chosen.real_engine:
+        raise InputError(f"system {system!r} runs on the simulator only; use --backend sim")
     base = SimConfig(engine=sim_engine(num_instances=num_instances, block_size=block_size, seed=seed))
-    policy = system_config(system, base).engine
+    policy = chosen.config(base).engine
     blocks = num_instances * blocks_per_instance // policy.num_instances
     batch = {} if max_batch_size is None else {"max_batch_size": max_batch_size}  # None: the engine's default
     return EngineConfig(policy.num_instances, blocks, block_size=block_size, pooling=policy.pooling, seed=seed,

@@ -1,0 +1,20 @@
+"""Every serving design the harness compares, by name: the one dict that feeds the CLI's choices. Each name maps
+to the module that defines its `DESIGN` (design.py), imported when first asked for, so that listing the names
+(`repro simulate --help`) imports no cost model."""
+import importlib
+
+from reference_impl.errors import InputError
+
+DESIGNS = {
+    "infinite-llm": "reference_impl.systems.infinite_llm",
+    "vllm-m": "reference_impl.systems.vllm_m",
+    "vllm-s": "reference_impl.systems.vllm_s",
+}
+DESIGN_NAMES = tuple(DESIGNS)
+
+
+def design(name: str):
+    """The Design called `name` (InputError naming the choices for an unknown one)."""
+    if name not in DESIGNS:
+        raise InputError(f"unknown system {name!r}: choose one of {', '.join(DESIGNS)}")
+    return importlib.import_module(DESIGNS[name]).DESIGN

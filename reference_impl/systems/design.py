@@ -1,0 +1,24 @@
+"""What a serving design is, for every backend: the cluster it makes of a base config (its instances, their
+parallelism, pooling) and, in the simulator, the policy that makes its decisions (dispatch, placement, its own
+events: sim/policy.py) and the backend that prices its steps (sim/backend.py). Infinite-LLM and its baselines use
+the default policy and backend; the other designs (catalog.py) override them in a module of their own."""
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from reference_impl.sim.backend import SimBackend
+from reference_impl.sim.config import SimConfig
+from reference_impl.sim.policy import Policy
+
+
+@dataclass(frozen=True)
+class Design:
+    name: str
+    summary: str  # one line: the mechanism, for listings
+    configure: Callable[[SimConfig], SimConfig]  # the cluster this design makes of a base cluster (same GPUs)
+    policy: type[Policy] = Policy
+    backend: type[SimBackend] = SimBackend
+    real_engine: bool = True  # the engine's local and Ray backends run it too (policy = the config alone)
+
+    def config(self, base: SimConfig) -> SimConfig:
+        """`base` as this design runs it, named in its `design` field."""
+        return replace(self.configure(base), design=self.name)
