@@ -36,6 +36,16 @@ class Pending:
     num_peer_calls: int = 0
 
 
+@dataclass(slots=True)
+class StepMeter:
+    """What the instances' steps did, summed over the run (counting only; read by the designs experiment): time
+    in steps that ran a batch, of which in those that carried prompt tokens, and the KV tokens creditors read for
+    remote decode queries (each token once per step; every layer reads it)."""
+    step_s: float = 0.0
+    prefill_step_s: float = 0.0
+    remote_kv_tokens: int = 0
+
+
 @dataclass(slots=True)  # (not frozen: one per step, and a frozen dataclass is slower to build)
 class StepOutcome:
     """One step of an instance: the batch it ran (empty: none) and the requests that finished; how long it takes
@@ -75,6 +85,7 @@ class SimBackend:
         self.prefill_elsewhere = prefill_elsewhere
         self.num_moved_blocks = 0  # in all, moves and DGFM swaps
         self.pending = [Pending() for _ in range(config.engine.num_instances)]
+        self.meter = StepMeter()
 
     def copy_blocks(self, pairs) -> None:
         bs, pending = self.config.engine.block_size, self.pending
@@ -131,6 +142,10 @@ class SimBackend:
         paid, self.pending[rm.inst_id] = self.pending[rm.inst_id], Pending()
         compute_s += paid.owed_s + costs.peer_call_s * paid.num_peer_calls
         duration_s = max(compute_s, model.kv_transfer_s(paid.sent_tokens))
+        meter = self.meter
+        meter.step_s += duration_s
+        if prefill_tokens:
+            meter.prefill_step_s += duration_s
         return StepOutcome(seqs, [], duration_s, num_tokens, paid)
 
     def _prefill_share(self, rm, chunks, serving: set) -> tuple[int, float, float, int]:
@@ -175,6 +190,7 @@ class SimBackend:
         serving.update(remote_tokens)
         if not remote_tokens:
             return remote_queries, 0.0
+        self.meter.remote_kv_tokens += sum(remote_tokens.values())
         slowest = max(remote_tokens.values())
         return remote_queries, self.model.num_layers * self.model.kv_read_s_per_token * max(0, slowest - local_tokens)
 
