@@ -210,6 +210,10 @@ class Scheduler:
             self.peak_running = max(self.peak_running, len(self.running))
             self.changes.queues += 1
 
+    def adopt(self, seq: Sequence) -> None:
+        """A running request moved here whole from another instance (control/request_move.py) joins the batch."""
+        self._run([seq])
+
     def remove_running(self, seq: Sequence) -> None:
         self.running.remove(seq)
         self.changes.queues += 1
