@@ -185,6 +185,8 @@ def _own(points: list[dict], system: str) -> list[dict]:
 
 
 def _ratios(plateau: dict, baseline: str) -> list[float]:
+    if "infinite-llm" not in plateau or baseline not in plateau:  # a group without either (the designs experiment)
+        return []
     return [a / b for a, b in zip(plateau["infinite-llm"], plateau[baseline]) if b > 0]
 
 
