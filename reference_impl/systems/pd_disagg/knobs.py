@@ -1,0 +1,44 @@
+"""The design's knobs (SimConfig.design_knobs) and the workload shape its split search reads."""
+from dataclasses import dataclass
+
+from reference_impl.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadShape:
+    """What the split search reads of a workload: mean prompt and output lengths (tokens), and the longest prompt
+    and context, which an instance must hold whole (pooling is off)."""
+    mean_prompt_tokens: float
+    mean_output_tokens: float
+    max_prompt_tokens: int
+    max_context_tokens: int
+
+    def __post_init__(self):
+        if not (self.mean_prompt_tokens >= 1 and self.mean_output_tokens >= 1):
+            raise InputError("a workload shape needs mean prompt and output lengths >= 1 token")
+        if self.max_context_tokens < self.max_prompt_tokens:
+            raise InputError("the longest context is shorter than the longest prompt")
+
+
+def shape_of(requests) -> WorkloadShape:
+    """The shape of a request list (objects with prompt_len, output_len)."""
+    if not requests:
+        raise InputError("no requests to take a workload shape from")
+    prompts = [r.prompt_len for r in requests]
+    outputs = [r.output_len for r in requests]
+    return WorkloadShape(sum(prompts) / len(prompts), sum(outputs) / len(outputs), max(prompts),
+                         max(p + o for p, o in zip(prompts, outputs)))
+
+
+@dataclass(frozen=True, slots=True)
+class PDKnobs:
+    """The split of the cluster's GPUs: `num_prefill` prefill instances of `prefill_tp` x `prefill_pp` GPUs, the
+    rest decode instances of `decode_tp` x `decode_pp`; a None is chosen by the split search (split.py) for
+    `workload` (None: the trace-free default shape of the model, configure.default_shape). configure() returns
+    the knobs with every field filled."""
+    num_prefill: int | None = None
+    prefill_tp: int | None = None
+    prefill_pp: int | None = None
+    decode_tp: int | None = None
+    decode_pp: int | None = None
+    workload: WorkloadShape | None = None

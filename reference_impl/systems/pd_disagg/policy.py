@@ -1,0 +1,135 @@
+"""The design's decisions: a new request goes to the least loaded prefill instance; when its prefill ends (its first
+token) it queues for a decode instance, the freest with room for its KV and a place in its batch (FIFO: a decode
+pool out of room makes the queue wait, never over memory); room is reserved there and the whole prompt's KV moves
+over the link (kv_transfer_s, after prefill, not layer by layer); the request decodes there once it lands.
+Counters (ServingRun.design_counters) at finish: see `finish`."""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from reference_impl.control.rblock import BlockPool
+from reference_impl.control.sequence import Sequence, num_blocks_for
+from reference_impl.sim.policy import Policy
+from reference_impl.systems.pd_disagg.configure import split_of
+from reference_impl.systems.pd_disagg.events import KVLanded, Prefilled
+from reference_impl.systems.pd_disagg.handover import land, reserve
+
+
+@dataclass(slots=True)
+class Transfer:
+    seq: Sequence
+    src: int
+    dst: int
+    num_blocks: int
+
+
+class PDPolicy(Policy):
+    def __init__(self, sim):
+        super().__init__(sim)
+        backend, engine = sim.backend, sim.engine
+        self.bs = engine.config.block_size
+        self.split = split_of(sim.config)
+        self.prefill = engine.instances[:backend.num_prefill]
+        self.decode = engine.instances[backend.num_prefill:]
+        self.decode_blocks = engine.config.blocks_per_instance
+        self.prefill_blocks = (sim.config.num_blocks if sim.config.num_blocks is not None
+                               else backend.prefill_model.memory.kv_capacity_tokens // self.bs)
+        for inst in self.prefill:  # (built with the decode shape's room: nothing is allocated yet)
+            inst.rm.pool = BlockPool(self.prefill_blocks)
+            inst.rm.max_lent_blocks = self.prefill_blocks
+        backend.on_prefilled, backend.on_preempted = self._on_prefilled, self._on_preempted
+        backend.on_room = self._on_room
+        self.queued: deque[tuple[Sequence, int]] = deque()  # prefilled, waiting for decode room
+        self.moving: dict[int, Transfer] = {}
+        self.incoming = [0] * len(engine.instances)  # transfers on their way to each decode instance
+        self.kv_bytes = self.transfer_s = self.max_transfer_s = 0.0
+        self.num_transfers = self.num_failed_landings = self.num_recomputed = 0
+
+    def dispatch(self, seq: Sequence) -> int | None:
+        """The least loaded prefill instance (fewest rBlocks queued and held; ties: the lowest id); None when the
+        request's whole context fits no prefill instance (where a preempted request is recomputed) or no decode
+        instance (pooling is off)."""
+        if num_blocks_for(seq.num_tokens + seq.max_new_tokens, self.bs) > min(self.prefill_blocks, self.decode_blocks):
+            return None
+        return self._to_prefill(seq, first=False)
+
+    def _to_prefill(self, seq: Sequence, first: bool) -> int:
+        inst = min(self.prefill, key=lambda i: (i.scheduler.num_waiting_blocks + i.rm.pool.num_used, i.inst_id))
+        (inst.scheduler.add_first if first else inst.scheduler.add)(seq)
+        return inst.inst_id
+
+    # --- called by PDBackend as a step starts
+    def _on_prefilled(self, inst, seqs: list[Sequence], duration_s: float) -> None:
+        self.sim.schedule([Prefilled(self.sim.last_s + duration_s, inst.inst_id, seqs)])
+
+    def _on_preempted(self, seq: Sequence) -> None:
+        """A decode instance preempted `seq` (its KV freed): recomputed first on the prefill pool."""
+        self.num_recomputed += 1
+        inst_id = self._to_prefill(seq, first=True)
+        self.sim.records[seq.req_id].inst_id = inst_id
+        self.sim.schedule(self.sim.wake(inst_id, self.sim.last_s) + self.start_transfers(self.sim.last_s))
+
+    def _on_room(self) -> None:
+        self.sim.schedule(self.start_transfers(self.sim.last_s))
+
+    # --- the design's events
+    def prefilled(self, src: int, seqs: list[Sequence], now_s: float) -> list:
+        self.queued.extend((seq, src) for seq in seqs)
+        return self.start_transfers(now_s)
+
+    def start_transfers(self, now_s: float) -> list:
+        """Start the queue's transfers, in order, while a decode instance has room for the first."""
+        events = []
+        while self.queued:
+            seq, src = self.queued[0]
+            num_blocks = len(self.sim.engine.instances[src].rm.tables[seq.req_id])
+            dst = self._decode_for(num_blocks)
+            if dst is None or not reserve(dst, seq.req_id, num_blocks):
+                break
+            self.queued.popleft()
+            self.moving[seq.req_id] = Transfer(seq, src, dst.inst_id, num_blocks)
+            self.incoming[dst.inst_id] += 1
+            tokens = seq.num_tokens - 1  # the prompt's KV (recomputed: and the tokens before); not the new token's
+            t = self.sim.backend.transfer_s(tokens)
+            self.num_transfers += 1
+            self.kv_bytes += self.sim.backend.kv_bytes(tokens)
+            self.transfer_s += t
+            self.max_transfer_s = max(self.max_transfer_s, t)
+            events.append(KVLanded(now_s + t, seq.req_id))
+        return events
+
+    def _decode_for(self, num_blocks: int):
+        cap = self.sim.engine.config.max_batch_size
+        room = [i for i in self.decode if i.rm.num_free >= num_blocks
+                and len(i.scheduler.running) + self.incoming[i.inst_id] < cap]
+        return max(room, key=lambda i: (i.rm.num_free, -i.inst_id), default=None)
+
+    def landed(self, req_id: int, now_s: float) -> list:
+        t = self.moving.pop(req_id)
+        self.incoming[t.dst] -= 1
+        instances = self.sim.engine.instances
+        if not land(instances[t.src], instances[t.dst], t.seq, t.num_blocks):
+            self.num_failed_landings += 1
+            self.queued.appendleft((t.seq, t.src))
+            return self.start_transfers(now_s)
+        self.sim.records[req_id].inst_id = t.dst
+        return self.sim.wake(t.dst, now_s) + self.sim.wake(t.src, now_s)
+
+    def finish(self) -> None:
+        sim, backend = self.sim, self.sim.backend
+        span_s = sim.last_s - (sim.start_s or 0.0)
+        num_tokens = sum(sim.result.step_tokens)
+
+        def utilisation(pool) -> float:
+            return sum(backend.busy_s[i.inst_id] for i in pool) / (len(pool) * span_s) if span_s > 0 else 0.0
+        s = self.split
+        sim.result.design_counters.update({
+            "kv_transfer_bytes": self.kv_bytes, "kv_transfer_total_s": self.transfer_s,
+            "kv_transfer_max_s": self.max_transfer_s, "kv_transfers": self.num_transfers,
+            "kv_failed_landings": self.num_failed_landings, "decode_preempted_recomputed": self.num_recomputed,
+            "network_bytes_per_token": self.kv_bytes / num_tokens if num_tokens else 0.0,
+            "prefill_pool_utilisation": utilisation(self.prefill), "decode_pool_utilisation": utilisation(self.decode),
+            "num_prefill_instances": s.num_prefill, "prefill_tp": s.prefill.tp, "prefill_pp": s.prefill.pp,
+            "num_decode_instances": s.num_decode, "decode_tp": s.decode.tp, "decode_pp": s.decode.pp,
+            "prefill_gpus": s.prefill_gpus, "decode_gpus": s.decode_gpus})
