@@ -69,8 +69,9 @@ def with_engine(config: SimConfig, **knobs) -> SimConfig:
 def as_simulated(config: SimConfig) -> SimConfig:
     """`config` with the settings its runs never read put back to their defaults, so that two configs which
     simulate the same run compare equal: without pooling the link carries nothing (no remote MicroAttention, no
-    KV moves, no gManager round) and no instance calls a peer."""
-    if config.engine.pooling:
+    KV moves, no gManager round) and no instance calls a peer. A design with knobs of its own may use the link
+    without pooling (a prefill/decode split moves KV over it): its config is kept whole."""
+    if config.engine.pooling or config.design_knobs is not None:
         return config
     return replace(config, link=DEFAULT_LINK, engine_costs=replace(engine_costs(config), peer_call_s=0.0))
 

@@ -1,7 +1,10 @@
 """The design's decisions: a new request goes to the least loaded prefill instance; when its prefill ends (its first
 token) it queues for a decode instance, the freest with room for its KV and a place in its batch (FIFO: a decode
-pool out of room makes the queue wait, never over memory); room is reserved there and the whole prompt's KV moves
-over the link (kv_transfer_s, after prefill, not layer by layer); the request decodes there once it lands.
+pool out of room makes the queue wait, never over memory); room is reserved there (try_move_kvcache) and the whole
+prompt's KV moves over the link (kv_transfer_s, after prefill, not layer by layer); when it lands the request moves
+whole (control/request_move.py: one home at every event) and decodes there. Were the reserved room taken back by
+the destination's own growth (RManager._reclaim_reservations), the landing is refused: the KV stays on the prefill
+instance and the request queues again, first.
 Counters (ServingRun.design_counters) at finish: see `finish`."""
 from __future__ import annotations
 
@@ -9,11 +12,11 @@ from collections import deque
 from dataclasses import dataclass
 
 from reference_impl.control.rblock import BlockPool
+from reference_impl.control.request_move import move_request, refusal
 from reference_impl.control.sequence import Sequence, num_blocks_for
 from reference_impl.sim.policy import Policy
 from reference_impl.systems.pd_disagg.configure import split_of
 from reference_impl.systems.pd_disagg.events import KVLanded, Prefilled
-from reference_impl.systems.pd_disagg.handover import land, reserve
 
 
 @dataclass(slots=True)
@@ -85,7 +88,7 @@ class PDPolicy(Policy):
             seq, src = self.queued[0]
             num_blocks = len(self.sim.engine.instances[src].rm.tables[seq.req_id])
             dst = self._decode_for(num_blocks)
-            if dst is None or not reserve(dst, seq.req_id, num_blocks):
+            if dst is None or not dst.rm.try_move_kvcache(seq.req_id, num_blocks):
                 break
             self.queued.popleft()
             self.moving[seq.req_id] = Transfer(seq, src, dst.inst_id, num_blocks)
@@ -108,11 +111,13 @@ class PDPolicy(Policy):
     def landed(self, req_id: int, now_s: float) -> list:
         t = self.moving.pop(req_id)
         self.incoming[t.dst] -= 1
-        instances = self.sim.engine.instances
-        if not land(instances[t.src], instances[t.dst], t.seq, t.num_blocks):
+        src, dst = self.sim.engine.instances[t.src], self.sim.engine.instances[t.dst]
+        if refusal(src, dst, t.seq) is not None:  # dst took the room back for its own growth
+            dst.rm.cancel_reservation(req_id)
             self.num_failed_landings += 1
             self.queued.appendleft((t.seq, t.src))
             return self.start_transfers(now_s)
+        move_request(src, dst, t.seq, _copied_by_the_transfer)
         self.sim.records[req_id].inst_id = t.dst
         return self.sim.wake(t.dst, now_s) + self.sim.wake(t.src, now_s)
 
@@ -133,3 +138,7 @@ class PDPolicy(Policy):
             "num_prefill_instances": s.num_prefill, "prefill_tp": s.prefill.tp, "prefill_pp": s.prefill.pp,
             "num_decode_instances": s.num_decode, "decode_tp": s.decode.tp, "decode_pp": s.decode.pp,
             "prefill_gpus": s.prefill_gpus, "decode_gpus": s.decode_gpus})
+
+
+def _copied_by_the_transfer(pairs) -> None:
+    """request_move's copy: the KV crossed the link during the transfer, priced by its KVLanded delay."""
