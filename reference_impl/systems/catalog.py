@@ -10,6 +10,7 @@ DESIGNS = {
     "vllm-m": "reference_impl.systems.vllm_m",
     "vllm-s": "reference_impl.systems.vllm_s",
     "pd-disaggregation": "reference_impl.systems.pd_disagg",
+    "loongserve": "reference_impl.systems.loongserve",
 }
 DESIGN_NAMES = tuple(DESIGNS)
 

@@ -1,0 +1,56 @@
+"""LoongServe's decisions on the shared control plane (sim/policy.py's hooks and the Scheduler's public knobs).
+
+- Dispatch: a new request's master is an instance in no prefill group now (LoongServe's scheduler gives each
+  iteration's new requests to the instances it frees for prefill), the one with the most free memory first.
+- Placement at admission: a prompt's rBlocks fill its master, then the other instances, the freest first (the
+  Scheduler's creditor hint, `recommend`): LoongServe's prefill group is the freest instances
+  (`_schedule_new_req_list` sorts them by used tokens) and its plan fills one member after another
+  (`_get_batch_prefill_migration_plan`); the ring leaves each token's KV where the plan puts it.
+- Scale-up: a decoding request whose master is full gets its next rBlock where its KV tail is, else on the freest
+  instance (RManager.append_block with the same hint); old KV never moves.
+- No gManager: LoongServe places KV at prefill and never rebalances it by moves, so neither Algorithm 1's moves,
+  DGFM nor a debtor's retrieval of borrowed blocks run (`runs_gmanager` False; the Scheduler's `retrieval` brings
+  nothing home).
+"""
+from reference_impl.control.sequence import Sequence
+from reference_impl.errors import InputError
+from reference_impl.sim.policy import Policy
+
+
+def _no_retrieval(room: int) -> int:
+    return 0
+
+
+class LoongServePolicy(Policy):
+    def __init__(self, sim):
+        super().__init__(sim)
+        sim.backend.attach(sim.engine, lambda: sim.last_s)
+        for inst in sim.engine.instances:
+            inst.scheduler.recommend = self.freest_others
+            inst.scheduler.retrieval = _no_retrieval
+
+    @property
+    def runs_gmanager(self) -> bool:
+        return False
+
+    def dispatch(self, seq: Sequence) -> int | None:
+        engine, now, prefill_until = self.sim.engine, self.sim.last_s, self.sim.backend.prefill_until
+        try:
+            engine.config.check_fits(seq)
+        except InputError:
+            return None
+        master = min(engine.instances, key=lambda i: (prefill_until[i.inst_id] > now,
+                                                      i.scheduler.num_waiting_blocks - i.rm.num_free,
+                                                      len(i.scheduler.running), i.inst_id))
+        master.scheduler.add(seq)
+        return master.inst_id
+
+    def freest_others(self, debtor: int, num_blocks: int) -> list[int]:
+        """Where `debtor`'s request places the rBlocks its own room cannot take: the freest instances first."""
+        rms = self.sim.engine.rmanagers
+        return sorted((i for i in rms if i != debtor), key=lambda i: (-rms[i].num_free, i))
+
+    def finish(self) -> None:
+        backend = self.sim.backend
+        model = backend.prefill_model
+        self.sim.result.design_counters.update(backend.counters.as_dict(model.fit_err_mean, model.fit_err_max))
