@@ -9,8 +9,7 @@ DESIGNS = {
     "infinite-llm": "reference_impl.systems.infinite_llm",
     "vllm-m": "reference_impl.systems.vllm_m",
     "vllm-s": "reference_impl.systems.vllm_s",
-    "pd-disaggregation": "reference_impl.systems.pd_disagg",
-    "loongserve": "reference_impl.systems.loongserve",
+    "lamina": "reference_impl.systems.lamina",
 }
 DESIGN_NAMES = tuple(DESIGNS)
 

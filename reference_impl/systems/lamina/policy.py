@@ -1,0 +1,21 @@
+"""Lamina's policy on the simulator: the default dispatch (most free memory device pool, capacity check) with no
+gManager rounds (no pooling), and the run's counters of its pools and network (LaminaBackend's) at the end."""
+from reference_impl.serving.records import FINISHED
+from reference_impl.sim.policy import Policy
+
+
+class LaminaPolicy(Policy):
+    def finish(self) -> None:
+        sim, c = self.sim, self.sim.backend.counters
+        span_s = (sim.last_s - (sim.start_s or 0.0)) * sim.config.engine.num_instances
+        tokens = sum(sim.result.step_tokens)
+        moved = max(1, c.kv_moves)
+        sim.result.design_counters.update({
+            "network_bytes_per_token": c.network_bytes / tokens if tokens else 0.0,
+            "compute_busy_frac": sum(c.compute_busy_s) / span_s if span_s > 0 else 0.0,
+            "memory_pool_busy_frac": sum(c.memory_busy_s) / span_s if span_s > 0 else 0.0,
+            "kv_move_s": c.kv_move_s,
+            "kv_move_s_per_request": c.kv_move_s / moved,
+            "pipelined_step_frac": c.pipelined_steps / c.decode_steps if c.decode_steps else 0.0,
+            "num_finished": sum(r.status == FINISHED for r in sim.result.requests),
+        })

@@ -1,0 +1,94 @@
+"""What a Lamina decode step costs (lamina 4.2, 5.1), shared by the design's backend and the lamina experiment's
+arithmetic. Three stages, each on its own devices:
+
+- compute: every layer but attention on the compute devices, the calibrated step model without attention;
+- network: per layer, q, k, v of each request out to the memory devices and the attention output back, over one
+  NIC per compute GPU (bytes proportional to the batch, not the context);
+- attention: the batch's KV read by the memory devices at their bandwidth times the calibrated efficiency.
+
+Rotational staggered pipelining (lamina 5.1.1) with m micro-batches on one model replica (the paper's n = 2: no
+context migration) overlaps them. Per layer a micro-batch passes compute -> network -> attention, each device
+kind serving the micro-batches in turn; with c, n, a one micro-batch's per-layer stage times and L layers the
+step lasts
+
+    T(m) = (L - 1) * max(m * max(c, n, a), c + n + a) + (c + n + a) + (m - 1) * max(c, n, a)
+
+the steady period (the busiest device kind, or one micro-batch's own chain when that is longer) for all but the
+last layer, whose micro-batches drain behind the first (a flow shop of identical jobs). m = 1 is no overlap: L
+times the chain. A scheduler runs the pipeline only where it shortens the step (lamina 6.1 enables it only for
+large batches), so a step is min(T(1), T(m)): never shorter than its slowest stage, never longer than their sum.
+"""
+from dataclasses import dataclass
+
+from reference_impl.calibration.model import CalibratedPerfModel
+from reference_impl.calibration.perf_model import InstanceLoad, step_time_s
+from reference_impl.calibration.specs import model_spec
+from reference_impl.systems.lamina.hardware import DTYPE_BYTES, kv_bytes_per_token
+
+MAX_BATCH = 4096  # the largest batch priced or served (the paper's Fig 12 goes to 2048 requests and beyond)
+
+
+def compute_s(model: CalibratedPerfModel, batch: int) -> float:
+    """Every layer but attention, for `batch` decode requests on the compute devices (weights, all-reduces)."""
+    return step_time_s(model, InstanceLoad(batch_size=batch, attn_kv_tokens=0))
+
+
+def network_bytes(model: str, batch: int) -> int:
+    """Bytes a decode step of `batch` requests sends between the pools: q, k, v out, the output back, per layer."""
+    spec = model_spec(model)
+    kv_dim = spec.num_kv_heads * spec.head_dim
+    per_token_layer = (spec.hidden + 2 * kv_dim + spec.hidden) * DTYPE_BYTES
+    return spec.num_layers * batch * per_token_layer
+
+
+def network_s(model: str, batch: int, tp: int, nic_gb_s_per_gpu: float) -> float:
+    return network_bytes(model, batch) / (tp * nic_gb_s_per_gpu * 1e9)
+
+
+def attention_s(model: str, kv_tokens: float, attention_bytes_per_s: float) -> float:
+    """Decode attention over `kv_tokens` on memory devices reading KV at `attention_bytes_per_s` together."""
+    return kv_tokens * kv_bytes_per_token(model) / attention_bytes_per_s
+
+
+def pipelined_step_s(compute_s: float, network_s: float, attention_s: float, num_layers: int,
+                     micro_batches: int) -> float:
+    """T(m) of the module docstring; the stage times are one micro-batch's, one layer's."""
+    longest, chain = max(compute_s, network_s, attention_s), compute_s + network_s + attention_s
+    period = max(micro_batches * longest, chain)
+    return (num_layers - 1) * period + chain + (micro_batches - 1) * longest
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeStep:
+    """One decode step: how long it lasts, how long each device kind is busy in it, the micro-batches it ran."""
+    duration_s: float
+    compute_busy_s: float
+    network_busy_s: float
+    memory_busy_s: float
+    micro_batches: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepPricer:
+    """Prices decode steps of one Lamina instance: its compute devices' cost model, tp compute GPUs with a NIC of
+    `nic_gb_s_per_gpu` each, memory devices reading KV at `attention_bytes_per_s` together, up to
+    `micro_batches` micro-batches."""
+    model: CalibratedPerfModel
+    nic_gb_s_per_gpu: float
+    attention_bytes_per_s: float
+    micro_batches: int
+
+    def decode(self, batch: int, kv_tokens: float) -> DecodeStep:
+        """`batch` requests reading `kv_tokens` of KV: the shorter of no overlap and the pipeline."""
+        m, name, layers = self.model, self.model.model, self.model.num_layers
+        best = None
+        for parts in sorted({1, max(1, min(self.micro_batches, batch))}):
+            size = -(-batch // parts)  # the largest micro-batch sets each stage's pace
+            c = compute_s(m, size) / layers
+            n = network_s(name, size, m.tp, self.nic_gb_s_per_gpu) / layers
+            a = attention_s(name, kv_tokens / parts, self.attention_bytes_per_s) / layers
+            t = pipelined_step_s(c, n, a, layers, parts)
+            if best is None or t < best.duration_s:
+                busy = parts * layers
+                best = DecodeStep(t, busy * c, busy * n, busy * a, parts)
+        return best
