@@ -9,7 +9,9 @@ DESIGNS = {
     "infinite-llm": "reference_impl.systems.infinite_llm",
     "vllm-m": "reference_impl.systems.vllm_m",
     "vllm-s": "reference_impl.systems.vllm_s",
+    "pd-disaggregation": "reference_impl.systems.pd_disagg",
     "lamina": "reference_impl.systems.lamina",
+    "loongserve": "reference_impl.systems.loongserve",
 }
 DESIGN_NAMES = tuple(DESIGNS)
 
