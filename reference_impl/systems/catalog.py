@@ -12,6 +12,7 @@ DESIGNS = {
     "pd-disaggregation": "reference_impl.systems.pd_disagg",
     "lamina": "reference_impl.systems.lamina",
     "loongserve": "reference_impl.systems.loongserve",
+    "llumnix": "reference_impl.systems.llumnix",
 }
 DESIGN_NAMES = tuple(DESIGNS)
 
