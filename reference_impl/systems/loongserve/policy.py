@@ -2,12 +2,15 @@
 
 - Dispatch: a new request's master is an instance in no prefill group now (LoongServe's scheduler gives each
   iteration's new requests to the instances it frees for prefill), the one with the most free memory first.
-- Placement at admission: a prompt's rBlocks fill its master, then the other instances, the freest first (the
-  Scheduler's creditor hint, `recommend`): LoongServe's prefill group is the freest instances
-  (`_schedule_new_req_list` sorts them by used tokens) and its plan fills one member after another
-  (`_get_batch_prefill_migration_plan`); the ring leaves each token's KV where the plan puts it.
-- Scale-up: a decoding request whose master is full gets its next rBlock where its KV tail is, else on the freest
-  instance (RManager.append_block with the same hint); old KV never moves.
+- Placement at admission: a prompt's rBlocks fill its master, then the idle instances (no running request, in no
+  prefill group), the freest first (the Scheduler's creditor hint, `recommend`); only a prompt larger than its
+  master spills further (RManager's rule). LoongServe's prefill group is drawn from the instances its iteration
+  has free (`_schedule_new_req_list` sorts them by used tokens) and its plan fills one member after another
+  (`_get_batch_prefill_migration_plan`); the ring leaves each token's KV where the plan puts it. Placing on a
+  decoding instance would force it into the ring, which LoongServe does only when its model says the prefill
+  gains more than the decode batch loses (backend.py adds such members by that rule).
+- Scale-up: a decoding request whose master is full gets its next rBlock where its KV tail is, else on an idle
+  instance, else on the one with the most room (RManager.append_block with the same hint); old KV never moves.
 - No gManager: LoongServe places KV at prefill and never rebalances it by moves, so neither Algorithm 1's moves,
   DGFM nor a debtor's retrieval of borrowed blocks run (`runs_gmanager` False; the Scheduler's `retrieval` brings
   nothing home).
@@ -26,7 +29,7 @@ class LoongServePolicy(Policy):
         super().__init__(sim)
         sim.backend.attach(sim.engine, lambda: sim.last_s)
         for inst in sim.engine.instances:
-            inst.scheduler.recommend = self.freest_others
+            inst.scheduler.recommend = self.idle_others
             inst.scheduler.retrieval = _no_retrieval
 
     @property
@@ -45,10 +48,12 @@ class LoongServePolicy(Policy):
         master.scheduler.add(seq)
         return master.inst_id
 
-    def freest_others(self, debtor: int, num_blocks: int) -> list[int]:
-        """Where `debtor`'s request places the rBlocks its own room cannot take: the freest instances first."""
-        rms = self.sim.engine.rmanagers
-        return sorted((i for i in rms if i != debtor), key=lambda i: (-rms[i].num_free, i))
+    def idle_others(self, debtor: int, num_blocks: int) -> list[int]:
+        """Where `debtor`'s request places the rBlocks its own room cannot take: the idle instances, freest first."""
+        now, prefill_until = self.sim.last_s, self.sim.backend.prefill_until
+        idle = [inst.rm for inst in self.sim.engine.instances if inst.inst_id != debtor
+                and not inst.scheduler.running and prefill_until[inst.inst_id] <= now]
+        return [rm.inst_id for rm in sorted(idle, key=lambda rm: (-rm.num_free, rm.inst_id))]
 
     def finish(self) -> None:
         backend = self.sim.backend
