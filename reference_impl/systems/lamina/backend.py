@@ -4,13 +4,12 @@ compute devices (the calibrated prefill, attention included, lamina 5.6) and the
 devices over the compute GPUs' NICs (the step lasts both: the KV must be there before the first decode)."""
 from dataclasses import dataclass, field
 
-from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.control.instance import Instance
 from reference_impl.control.sequence import Sequence
 from reference_impl.sim.backend import Pending, SimBackend, StepOutcome
 from reference_impl.systems.lamina.cluster import knobs_of
 from reference_impl.systems.lamina.hardware import kv_bytes_per_token, memory_attention_bytes_per_s
-from reference_impl.systems.lamina.step_cost import StepPricer, network_bytes
+from reference_impl.systems.lamina.step_cost import StepPricer, kv_move_s, network_bytes, prefill_s
 
 
 @dataclass(slots=True)
@@ -33,7 +32,7 @@ class LaminaBackend(SimBackend):
         knobs = knobs_of(config)
         self.pricer = StepPricer(self.model, knobs.nic_gb_s_per_gpu,
                                  memory_attention_bytes_per_s(config.gpu, knobs.memory_devices), knobs.micro_batches)
-        self.nic_bytes_per_s = config.tp * knobs.nic_gb_s_per_gpu * 1e9
+        self.nic_gb_s_per_gpu = knobs.nic_gb_s_per_gpu
         self.kv_bytes_per_token = kv_bytes_per_token(config.model)
         n = config.engine.num_instances
         self.counters = LaminaCounters([0.0] * n, [0.0] * n)
@@ -54,15 +53,12 @@ class LaminaBackend(SimBackend):
         return StepOutcome(seqs, [], duration_s, len(seqs), Pending())
 
     def _prefill_s(self, inst_id: int, seqs: list[Sequence]) -> float:
-        tokens = sum(seq.num_tokens for seq in seqs)
-        pairs = sum(causal_prefill_pairs(seq.num_tokens) for seq in seqs)
-        compute_s = step_time_s(self.model, InstanceLoad(batch_size=0, attn_kv_tokens=0, prefill_tokens=tokens,
-                                                         prefill_attn_pairs=pairs))
-        move_bytes = tokens * self.kv_bytes_per_token
-        move_s = move_bytes / self.nic_bytes_per_s
+        prompts = [seq.num_tokens for seq in seqs]
+        compute_s = prefill_s(self.model, prompts)
+        move_s = kv_move_s(self.config.model, sum(prompts), self.config.tp, self.nic_gb_s_per_gpu)
         counters = self.counters
         counters.compute_busy_s[inst_id] += compute_s
-        counters.network_bytes += move_bytes
+        counters.network_bytes += sum(prompts) * self.kv_bytes_per_token
         counters.kv_move_s += move_s
         counters.kv_moves += len(seqs)
         return compute_s + move_s

@@ -36,7 +36,7 @@ def gpu_price_usd(gpu: str) -> float:
     """Table 1's price of the calibration's GPU `gpu` (InputError where Table 1 has none)."""
     if gpu not in PRICED_AS:
         raise InputError(f"no price for GPU {gpu!r} in lamina Table 1: priced {', '.join(PRICED_AS)}")
-    return float(device(PRICED_AS[gpu])["price_usd"])
+    return device(PRICED_AS[gpu])["price_usd"]
 
 
 def kv_bytes_per_token(model: str) -> int:

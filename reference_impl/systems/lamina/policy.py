@@ -1,6 +1,5 @@
 """Lamina's policy on the simulator: the default dispatch (most free memory device pool, capacity check) with no
 gManager rounds (no pooling), and the run's counters of its pools and network (LaminaBackend's) at the end."""
-from reference_impl.serving.records import FINISHED
 from reference_impl.sim.policy import Policy
 
 
@@ -17,5 +16,4 @@ class LaminaPolicy(Policy):
             "kv_move_s": c.kv_move_s,
             "kv_move_s_per_request": c.kv_move_s / moved,
             "pipelined_step_frac": c.pipelined_steps / c.decode_steps if c.decode_steps else 0.0,
-            "num_finished": sum(r.status == FINISHED for r in sim.result.requests),
         })

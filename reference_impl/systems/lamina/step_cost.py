@@ -21,7 +21,7 @@ large batches), so a step is min(T(1), T(m)): never shorter than its slowest sta
 from dataclasses import dataclass
 
 from reference_impl.calibration.model import CalibratedPerfModel
-from reference_impl.calibration.perf_model import InstanceLoad, step_time_s
+from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.calibration.specs import model_spec
 from reference_impl.systems.lamina.hardware import DTYPE_BYTES, kv_bytes_per_token
 
@@ -48,6 +48,18 @@ def network_s(model: str, batch: int, tp: int, nic_gb_s_per_gpu: float) -> float
 def attention_s(model: str, kv_tokens: float, attention_bytes_per_s: float) -> float:
     """Decode attention over `kv_tokens` on memory devices reading KV at `attention_bytes_per_s` together."""
     return kv_tokens * kv_bytes_per_token(model) / attention_bytes_per_s
+
+
+def prefill_s(model: CalibratedPerfModel, prompt_lens) -> float:
+    """Whole prompts on the compute devices: the calibrated prefill, attention included (lamina 5.6)."""
+    pairs = sum(causal_prefill_pairs(n) for n in prompt_lens)
+    return step_time_s(model, InstanceLoad(batch_size=0, attn_kv_tokens=0, prefill_tokens=sum(prompt_lens),
+                                           prefill_attn_pairs=pairs))
+
+
+def kv_move_s(model: str, tokens: int, tp: int, nic_gb_s_per_gpu: float) -> float:
+    """Prompt KV of `tokens` from the compute GPUs to the memory devices, over the compute GPUs' NICs."""
+    return tokens * kv_bytes_per_token(model) / (tp * nic_gb_s_per_gpu * 1e9)
 
 
 def pipelined_step_s(compute_s: float, network_s: float, attention_s: float, num_layers: int,
