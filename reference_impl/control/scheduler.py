@@ -30,6 +30,9 @@ class Scheduler:
         self.num_retrievable = 0  # local blocks freed by retiring requests, to spend on retrieval
         # room -> blocks to bring home, by the perf model (Engine.retrieval_blocks); None: waiting requests first
         self.retrieval = None
+        # (request, rBlocks) -> whether the design's placement can take it now (a design that places KV its own way,
+        # through `recommend`, asks first instead of allocating and undoing); None: the rManager's admission alone
+        self.placement_fits = None
         self._head_blocked = False
         self.num_waiting_blocks = 0  # rBlocks the waiting requests need at admission
         self._min_waiting_blocks: int | None = None  # kept as requests come, STALE when the smallest leaves
@@ -161,7 +164,8 @@ class Scheduler:
         while self.waiting and len(self.running) + len(admitted) < self.max_batch_size:
             seq = self.waiting[0]
             need = num_blocks_for(seq.num_tokens, self.block_size)
-            if not self.rm.alloc_prompt(seq.req_id, need, self.recommend):
+            fits = self.placement_fits is None or self.placement_fits(seq, need)
+            if not fits or not self.rm.alloc_prompt(seq.req_id, need, self.recommend):
                 blocked = True
                 if self._lends_and_may_not_borrow and need <= self.rm.pool.num_capacity:
                     # a creditor may not borrow: it calls back room it lent when that makes the request fit here
