@@ -50,6 +50,9 @@ class LaminaBackend(SimBackend):
             counters.network_bytes += network_bytes(self.config.model, len(seqs))
             counters.decode_steps += 1
             counters.pipelined_steps += step.micro_batches > 1
+        self.meter.step_s += duration_s
+        if is_prefill:
+            self.meter.prefill_step_s += duration_s
         return StepOutcome(seqs, [], duration_s, len(seqs), Pending())
 
     def _prefill_s(self, inst_id: int, seqs: list[Sequence]) -> float:

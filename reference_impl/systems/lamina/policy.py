@@ -6,7 +6,8 @@ from reference_impl.sim.policy import Policy
 class LaminaPolicy(Policy):
     def finish(self) -> None:
         sim, c = self.sim, self.sim.backend.counters
-        span_s = (sim.last_s - (sim.start_s or 0.0)) * sim.config.engine.num_instances
+        end_s = max(sim.last_s, max(sim.result.step_end_s, default=0.0))  # steps are handled as they start
+        span_s = (end_s - (sim.start_s or 0.0)) * sim.config.engine.num_instances
         tokens = sum(sim.result.step_tokens)
         moved = max(1, c.kv_moves)
         sim.result.design_counters.update({
@@ -15,5 +16,6 @@ class LaminaPolicy(Policy):
             "memory_pool_busy_frac": sum(c.memory_busy_s) / span_s if span_s > 0 else 0.0,
             "kv_move_s": c.kv_move_s,
             "kv_move_s_per_request": c.kv_move_s / moved,
+            "kv_move_frac": c.kv_move_s / span_s if span_s > 0 else 0.0,  # of the compute devices' time
             "pipelined_step_frac": c.pipelined_steps / c.decode_steps if c.decode_steps else 0.0,
         })

@@ -16,7 +16,8 @@ step lasts
 the steady period (the busiest device kind, or one micro-batch's own chain when that is longer) for all but the
 last layer, whose micro-batches drain behind the first (a flow shop of identical jobs). m = 1 is no overlap: L
 times the chain. A scheduler runs the pipeline only where it shortens the step (lamina 6.1 enables it only for
-large batches), so a step is min(T(1), T(m)): never shorter than its slowest stage, never longer than their sum.
+large batches), so a step is min(T(1), T(m)): never shorter than the slowest of its stages as run (m micro-batches
+each loading the weights), never longer than the whole batch's three stages end to end.
 """
 from dataclasses import dataclass
 
