@@ -3,6 +3,7 @@ from dataclasses import asdict
 
 from repro.accuracy import accuracy_rows
 from repro.claims import headline_claims
+from repro.experiments.designs.report import design_rows
 from repro.framework.registry import EXPERIMENTS, get_experiment
 from repro.results import load_results
 
@@ -26,7 +27,7 @@ def build_report(results_dir: str) -> list[dict]:
                          "note": "no experiment result yet"})
         for row in found:
             rows.append({**asdict(row), "figure": claim["figure"], "verdict": row.verdict})
-    return rows + accuracy_rows(results_dir)
+    return rows + design_rows(results_dir) + accuracy_rows(results_dir)
 
 
 def format_report(rows: list[dict]) -> str:

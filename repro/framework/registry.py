@@ -17,6 +17,7 @@ EXPERIMENTS = {
     "lamina": "repro.experiments.lamina",
     "sim-vs-real": "repro.experiments.sim_vs_real.experiment",
     "sensitivity": "repro.experiments.sensitivity.experiment",
+    "designs": "repro.experiments.designs.experiment",
 }
 
 

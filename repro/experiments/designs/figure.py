@@ -1,0 +1,59 @@
+"""The designs figure: which design wins where, at a glance. A heatmap of groups (rows) by designs (columns): each
+design's max throughput at the plateau over the group's baseline (vLLM-M on traces 0-2, vLLM-S on 3-8), median
+over seeds, annotated; blue above 1, red below (log scale); a box on each row's best; "failed" where the design
+could not serve the group."""
+import numpy as np
+from matplotlib.patches import Rectangle
+
+from repro.framework.figures import main_result, new_figure, plt, save
+
+NAME = "designs-max-tput"
+
+
+def grid(groups: list[dict], designs: list[str]) -> tuple[np.ndarray, list[list[str]], list[str]]:
+    """(ratios [groups x designs], NaN where failed; cell texts; row labels)."""
+    ratios = np.full((len(groups), len(designs)), np.nan)
+    texts = [["" for _ in designs] for _ in groups]
+    for i, g in enumerate(groups):
+        for j, d in enumerate(designs):
+            row = g["designs"].get(d)
+            if row is None:
+                continue
+            if row["status"] != "ok" or row.get("ratio") is None:
+                texts[i][j] = "failed"
+                continue
+            ratios[i, j] = row["ratio"]
+            texts[i][j] = f"{row['ratio']:.2f}"
+    labels = [f"trace {g['trace_id']}: {g['model'].removeprefix('llama2-').upper()} x{g['num_gpus']} "
+              f"(vs {g['baseline']})" for g in groups]
+    return ratios, texts, labels
+
+
+def plot_designs(results: list[dict], figures_dir: str) -> list[str]:
+    import seaborn as sns
+
+    result = main_result(results)
+    data = result["data"]
+    groups, designs = data["groups"], data["designs"]
+    ratios, texts, labels = grid(groups, designs)
+    fig, _ = new_figure()
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(1.1 * len(designs) + 3.2, 0.42 * len(groups) + 1.6))
+    logs = np.log2(ratios)
+    span = max(0.25, float(np.nanmax(np.abs(logs)))) if np.isfinite(logs).any() else 1.0
+    sns.heatmap(logs, ax=ax, cmap="RdBu", center=0.0, vmin=-span, vmax=span, annot=np.array(texts, dtype=object),
+                fmt="", annot_kws={"fontsize": 7}, linewidths=0.5, linecolor="white",
+                cbar_kws={"label": "ratio to the baseline"},
+                xticklabels=designs, yticklabels=labels, mask=np.zeros_like(logs, dtype=bool))
+    bar = ax.collections[0].colorbar
+    bar.set_ticks(bar.get_ticks())
+    bar.set_ticklabels([f"{2 ** t:.2g}x" for t in bar.get_ticks()])
+    for i in range(len(groups)):
+        if np.isfinite(ratios[i]).any():
+            j = int(np.nanargmax(ratios[i]))
+            ax.add_patch(Rectangle((j, i), 1, 1, fill=False, edgecolor="black", lw=1.6))
+    ax.set_title(f"Max throughput at the plateau over vLLM-M (traces 0-2) / vLLM-S (traces 3-8)\n"
+                 f"{result['run_id']}, {len(data['seeds'])} seed(s); box: best design of the group", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.set_xticklabels(ax.get_xticklabels(), rotation=30, ha="right")
+    return save(fig, figures_dir, NAME)

@@ -1,0 +1,132 @@
+"""The designs experiment on the sim backend: a --quick run validates against its schema and holds every design of
+the catalog; ratios are each design's plateau over its group's baseline (recomputed here from the points); the
+common rate is half the weakest design's saturation; a design that cannot build a cluster or whose simulation
+raises is reported failed in that group while the others run; bad params give one line; the claims' rows."""
+import json
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from repro.experiments.designs.claims import CLAIMS, DesignClaim, Arm, claim_rows
+from repro.framework.base import RunParams
+from repro.framework.registry import get_experiment
+from repro.results import run_and_save, validate_result
+from reference_impl.errors import InputError
+from reference_impl.sim.policy import Policy
+from reference_impl.systems.catalog import DESIGNS
+from reference_impl.systems.design import Design
+
+QUIET = dict(log=lambda message: None)
+SMALL = {"workers": "1", "store": "off"}
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    root = tmp_path_factory.mktemp("designs")
+    path, _ = run_and_save(get_experiment("designs"), RunParams(quick=True, extra=dict(SMALL)), root, **QUIET)
+    return json.loads(path.read_text())
+
+
+def test_quick_result_validates_and_holds_every_design_of_the_catalog(quick):
+    validate_result(quick, "designs.schema.json")
+    data = quick["data"]
+    assert data["designs"] == list(DESIGNS)
+    assert {g["trace_id"] for g in data["groups"]} == {0, 3} and len(data["seeds"]) == 1
+    for g in data["groups"]:
+        assert set(g["designs"]) == set(DESIGNS)
+        for name, row in g["designs"].items():
+            assert row["status"] == "failed" or any(p["system"] == name for p in g["points"])
+
+
+def _plateau(points, system, seed):
+    return max(p["steady_output_tok_s"] for p in points if p["system"] == system and p["seed"] == seed)
+
+
+def test_ratios_are_each_plateau_over_the_groups_own_baseline(quick):
+    for g in quick["data"]["groups"]:
+        assert g["baseline"] == ("vllm-m" if g["trace_id"] <= 2 else "vllm-s")
+        assert g["designs"][g["baseline"]]["ratio"] == pytest.approx(1.0)
+        for name, row in g["designs"].items():
+            if row["status"] != "ok":
+                continue
+            ratios = [_plateau(g["points"], name, s) / _plateau(g["points"], g["baseline"], s) for s in g["seeds"]]
+            assert row["ratio"] == pytest.approx(float(np.median(ratios)))
+            assert row["at_plateau"]["steady_output_tok_s"] == pytest.approx(max(row["max_tput_tok_s"]))
+
+
+def test_common_rate_is_a_grid_rate_at_half_the_weakest_saturation(quick):
+    for g in quick["data"]["groups"]:
+        weakest = min(row["saturation_per_s"] for row in g["designs"].values() if row["status"] == "ok")
+        assert g["common_rate_per_s"] in g["rates_per_s"]
+        assert g["common_rate_per_s"] == pytest.approx(0.5 * weakest, rel=1e-3)
+        for row in g["designs"].values():
+            at = row.get("at_common_rate")
+            if at and at["p99_ttft_s"] is not None:
+                assert at["p50_ttft_s"] <= at["p99_ttft_s"] and 0 <= at["counters"]["prefill_time_share"] <= 1
+
+
+def test_cost_counts_every_simulated_point_per_design(quick):
+    cost = quick["data"]["cost"]
+    points = sum(len(g["points"]) for g in quick["data"]["groups"] + quick["data"]["arms"])
+    assert sum(d["points"] for d in cost["per_design"].values()) == cost["points"] >= points  # and the probes
+    assert cost["predicted_wall_s"]["64"] <= cost["predicted_wall_s"]["2"] <= cost["predicted_wall_s"]["1"]
+    assert cost["predicted_wall_s"]["1"] == pytest.approx(cost["cpu_s"], rel=1e-6)
+
+
+class _RaisingPolicy(Policy):
+    def dispatch(self, seq):
+        raise RuntimeError("this design cannot dispatch")
+
+
+def _no_small_clusters(config):
+    if config.engine.num_instances < 4:
+        raise InputError("needs four instances")
+    return config
+
+
+@pytest.fixture
+def broken_designs(monkeypatch):
+    module = types.ModuleType("broken_designs_for_test")
+    module.CLUSTER = Design("broken-cluster", "raises on small clusters", configure=_no_small_clusters)
+    module.SIM = Design("broken-sim", "its policy raises", configure=lambda c: c, policy=_RaisingPolicy)
+    for name, attr in (("broken-cluster", "CLUSTER"), ("broken-sim", "SIM")):
+        sub = types.ModuleType(f"broken_designs_for_test.{attr}")
+        sub.DESIGN = getattr(module, attr)
+        monkeypatch.setitem(sys.modules, sub.__name__, sub)
+        monkeypatch.setitem(DESIGNS, name, sub.__name__)
+
+
+def test_a_failing_design_is_reported_in_its_group_and_the_others_run(broken_designs, tmp_path):
+    params = RunParams(quick=True, extra={**SMALL, "designs": "infinite-llm,broken-cluster,broken-sim"})
+    path, _ = run_and_save(get_experiment("designs"), params, tmp_path, **QUIET)
+    data = json.loads(path.read_text())["data"]
+    by_trace = {g["trace_id"]: g["designs"] for g in data["groups"]}
+    assert by_trace[0]["broken-cluster"]["status"] == "ok"  # 4 instances: it serves trace 0
+    assert "needs four instances" in by_trace[3]["broken-cluster"]["error"]  # 2 instances on trace 3
+    for rows in by_trace.values():
+        assert "cannot dispatch" in rows["broken-sim"]["error"] and rows["infinite-llm"]["status"] == "ok"
+
+
+@pytest.mark.parametrize("param, words", [("designs=nope", "unknown design nope"), ("seeds=x", "seeds"),
+                                          ("traces=9", "trace")])
+def test_bad_params_give_one_line_and_write_nothing(repro_cli, tmp_path, param, words):
+    code, out, err = repro_cli(["run", "--experiment", "designs", "--quick", "--results-dir", str(tmp_path),
+                                "--param", param])
+    assert code != 0 and words in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.rglob("result.json"))
+
+
+def test_claim_rows_measure_declared_claims_and_mark_the_rest_not_yet_measured(quick):
+    rows = claim_rows(quick)
+    infinite = [r for r in rows if r["claim_id"] == "design-infinite-llm"]
+    assert {r["metric"].split(", trace ")[1][0] for r in infinite} == {"0", "3"}  # one row per group run
+    for r in infinite:
+        g = next(g for g in quick["data"]["groups"] if f"trace {g['trace_id']}," in r["metric"])
+        assert r["reproduced"] == pytest.approx(g["designs"]["infinite-llm"]["ratio"])
+        assert r["verdict"] == ("inside" if r["paper_low"] < r["reproduced"] <= r["paper_high"] else "outside")
+    absent = {"future-design": (DesignClaim("max_tput", Arm("vllm-m"), (0,), "2x", 1.0, 2.0, "paper"),)}
+    assert claim_rows(quick, absent)[0]["verdict"] == "not yet measured"
+    assert "not in the catalog" in claim_rows(quick, absent)[0]["note"]
+    assert set(CLAIMS) >= {"infinite-llm", "loongserve", "llumnix"}
