@@ -108,7 +108,8 @@ A100 = dict(model="llama2-7b", gpu="A100-80GB-SXM")
 def test_ring_of_one_is_the_one_instance_prefill():
     model = perf_model(SimConfig(**A100))
     for n in (100, 4000, 60000):
-        load = InstanceLoad(batch_size=0, attn_kv_tokens=0, prefill_tokens=n, prefill_attn_pairs=causal_prefill_pairs(n))
+        load = InstanceLoad(batch_size=0, attn_kv_tokens=0, prefill_tokens=n,
+                            prefill_attn_pairs=causal_prefill_pairs(n))
         assert ring_prefill(model, 1, n, causal_prefill_pairs(n)).duration_s == pytest.approx(step_time_s(model, load))
 
 

@@ -1,22 +1,29 @@
 """LoongServe (SOSP'24, arXiv 2404.09526): elastic sequence parallelism on Infinite-LLM's instances (the same GPUs).
 One token pool over the instances; each prefill runs sequence-parallel on a group chosen by LoongServe's analytic
 model (backend.py, analytic.py, sp_cost.py); KV stays where the prefill put it and decode is multi-master remote
-attention; placement and scale-up through the control plane's creditor hint (policy.py). Simulator only: the real
-engines have no sequence-parallel prefill."""
+attention; placement and scale-up through the Scheduler's creditor hint (placement.py), dispatch (policy.py). The real
+engines have no sequence-parallel prefill: the local engine runs LoongServe's placement and multi-master decode
+(Placement on its Engine), not the design as a whole."""
 from dataclasses import replace
 
+from reference_impl.control.engine_config import EngineConfig
 from reference_impl.sim.config import SimConfig
 from reference_impl.systems.design import Design
 from reference_impl.systems.loongserve.backend import LoongServeBackend
 from reference_impl.systems.loongserve.knobs import LoongServeKnobs
 from reference_impl.systems.loongserve.policy import LoongServePolicy
 
-__all__ = ["DESIGN", "LoongServeKnobs"]
+__all__ = ["DESIGN", "LoongServeKnobs", "loongserve_engine"]
+
+
+def loongserve_engine(engine: EngineConfig) -> EngineConfig:
+    """`engine`'s instances as one token pool: any instance may hold any request's KV (no debtor/creditor roles),
+    and no gManager rounds (the simulator runs none by `runs_gmanager`; the local engine none by steps)."""
+    return replace(engine, pooling=True, exclusive_roles=False, dgfm=False, gmanager_interval_steps=0)
 
 
 def loongserve(config: SimConfig) -> SimConfig:
-    """`config`'s instances as one token pool: any instance may hold any request's KV (no debtor/creditor roles)."""
-    return replace(config, engine=replace(config.engine, pooling=True, exclusive_roles=False, dgfm=False))
+    return replace(config, engine=loongserve_engine(config.engine))
 
 
 DESIGN = Design("loongserve", "elastic sequence-parallel prefill on instance groups, multi-master decode over one "
