@@ -186,3 +186,12 @@ sim-vs-real: $(STAMP)
 fig12-distkv: $(STAMP)
 	$(BIN)/repro run --experiment remote-vs-local --backend local $(RUN_FLAGS)
 	$(BIN)/repro plot --experiment remote-vs-local
+
+# Every design of the catalog on the Fig 10 groups (repro/experiments/designs/, docs/designs.md): the heatmap
+# figures/designs-max-tput and each design's own claim in the report; DESIGNS_PARAMS="--param designs=a,b" for some
+DESIGNS_PARAMS ?=
+.PHONY: fig-designs
+fig-designs: $(STAMP)
+	$(BIN)/repro run --experiment designs $(RUN_FLAGS) $(ON_CLUSTER) $(DESIGNS_PARAMS)
+	$(BIN)/repro plot --experiment designs
+	$(BIN)/repro report
