@@ -54,7 +54,6 @@ class LoongServeBackend(SimBackend):
             wait_s = max(0.0, self.busy_until[i] - now)  # its instance is in another master's prefill group
             self._count_decode(instance.rm, [s for s in seqs if not s.chunk_tokens])
             outcome = super().execute(instance, seqs, is_prefill, co_running)
-            self.counters.step_inst_s += outcome.duration_s
             self.counters.member_wait_s += wait_s
             outcome.duration_s += wait_s
         self.busy_until[i] = now + outcome.duration_s
@@ -76,8 +75,8 @@ class LoongServeBackend(SimBackend):
         c = self.counters
         c.degrees[len(group)] += 1
         c.ring_hop_bytes += ring.hop_bytes
-        c.prefill_inst_s += ring.duration_s * len(group)
-        c.step_inst_s += ring.duration_s * len(group)
+        self.meter.step_s += ring.duration_s * len(group)  # every member's step time
+        self.meter.prefill_step_s += ring.duration_s * len(group)
         c.member_wait_s += start_s - now
         for seq in seqs:
             self._num_holders[seq.req_id] = len(rm.holders(seq.req_id))

@@ -2,6 +2,8 @@
 from collections import Counter
 from dataclasses import dataclass, field
 
+from reference_impl.sim.backend import StepMeter
+
 
 @dataclass(slots=True)
 class LoongServeCounters:
@@ -9,11 +11,11 @@ class LoongServeCounters:
     ring_hop_bytes: float = 0.0  # KV the rings' hops carried, all GPUs
     remote_exchange_bytes: float = 0.0  # decode queries out and (out, lse) back between masters and holders
     scale_ups: int = 0  # decode steps that placed a request's new KV on an instance not holding it before
-    prefill_inst_s: float = 0.0  # instance-seconds in prefill groups (duration x group size)
-    step_inst_s: float = 0.0  # instance-seconds in steps of any kind, the prefill groups' members included
     member_wait_s: float = 0.0  # time steps waited for their instance to leave a prefill group
 
-    def as_dict(self, fit_err_mean: float, fit_err_max: float) -> dict[str, float]:
+    def as_dict(self, meter: StepMeter, fit_err_mean: float, fit_err_max: float) -> dict[str, float]:
+        """The counters, with the share of instance step time in prefill (`meter`: every member's share of a ring
+        counted) and the analytic model's fit error."""
         batches = sum(self.degrees.values())
         return {
             "prefill_batches": batches,
@@ -24,7 +26,7 @@ class LoongServeCounters:
             "ring_kv_hop_bytes": self.ring_hop_bytes,
             "remote_exchange_bytes": self.remote_exchange_bytes,
             "scale_ups": self.scale_ups,
-            "prefill_time_share": self.prefill_inst_s / self.step_inst_s if self.step_inst_s else 0.0,
+            "prefill_time_share": meter.prefill_step_s / meter.step_s if meter.step_s else 0.0,
             "member_wait_s": self.member_wait_s,
             "prefill_model_fit_err_mean": fit_err_mean,
             "prefill_model_fit_err_max": fit_err_max,

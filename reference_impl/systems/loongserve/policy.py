@@ -41,4 +41,5 @@ class LoongServePolicy(Policy):
     def finish(self) -> None:
         backend = self.sim.backend
         model = backend.prefill_model
-        self.sim.result.design_counters.update(backend.counters.as_dict(model.fit_err_mean, model.fit_err_max))
+        self.sim.result.design_counters.update(backend.counters.as_dict(backend.meter, model.fit_err_mean,
+                                                                        model.fit_err_max))
