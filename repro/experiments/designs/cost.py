@@ -17,9 +17,14 @@ def run_cost(nodes) -> dict:
         per_design[system] = {"points": len(cpu), "cpu_s": round(float(sum(cpu)), 3),
                               "cpu_s_per_point": round(float(np.mean(cpu)), 4),
                               "cpu_s_per_point_max": round(float(max(cpu)), 4)}
+    per_group = {}
+    for n in simulated:
+        group = n.label.removesuffix(" probe").removesuffix(" plateau")
+        per_group[group] = round(per_group.get(group, 0.0) + n.cpu_s, 3)
     costs = [n.cpu_s if n.how in ("run", "stored") else 0.0 for n in nodes]
     after = [n.after for n in nodes]
     path_s, _ = critical_path(costs, after)
     return {"points": len(simulated), "points_run_now": sum(n.how == "run" for n in nodes),
             "cpu_s": round(float(sum(costs)), 3), "critical_path_s": round(path_s, 3), "per_design": per_design,
+            "cpu_s_per_group": per_group,
             "predicted_wall_s": {str(c): round(schedule_s(costs, after, c), 3) for c in CORES}}
