@@ -17,7 +17,7 @@ GPU = "A100-80GB-SXM"
 
 
 def shape(prompt, output):
-    return WorkloadShape(prompt, output, prompt, prompt + output)
+    return WorkloadShape(prompt, output, prompt + output)
 
 
 def best(model, gpus, s, **fixed):
@@ -70,10 +70,10 @@ def test_the_bottleneck_side_sets_the_estimate_and_more_instances_of_a_side_rais
         assert hi.decode_req_s == pytest.approx(lo.decode_req_s * (7 - n) / (8 - n))
 
 
-def test_a_longest_request_that_fits_no_instance_of_a_split_rules_it_out_where_another_fits():
+def test_a_long_context_that_fits_no_instance_of_a_split_rules_it_out_where_another_fits():
     base = cluster("llama2-7b", GPU, 8)
     tp1 = instance_model(base, split_of(system_config("pd-disaggregation", base)).decode).memory.kv_capacity_tokens
-    long_tail = WorkloadShape(900, 90, 900, tp1 + 1000)  # the mean favours tp=1, the longest needs more
+    long_tail = WorkloadShape(900, 90, tp1 + 1000)  # the mean favours tp=1, the long context needs more
     picked = search_split(base, 8, long_tail)
     assert picked.fits and picked.split.decode.tp > 1
 
@@ -97,6 +97,8 @@ def test_the_workload_knob_moves_the_split_and_the_trace_free_default_is_used_wi
     base = cluster("llama2-7b", GPU, 8)
     reqs = [Request(i, 0.0, 2000, 20, "t") for i in range(4)]
     assert shape_of(reqs) == shape(2000, 20)
+    tail = [Request(i, 0.0, 10 if i else 5000, 10, "t") for i in range(200)]  # 1 in 200: above the 99th percentile
+    assert shape_of(tail).long_context_tokens == 20
     knobs = PDKnobs(workload=shape_of(reqs))
     with_trace = split_of(system_config("pd-disaggregation", replace(base, design_knobs=knobs)))
     assert with_trace == best("llama2-7b", 8, shape(2000, 20)).split

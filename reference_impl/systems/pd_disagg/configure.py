@@ -21,7 +21,7 @@ def knobs_of(config: SimConfig) -> PDKnobs:
 def default_shape(base: SimConfig) -> WorkloadShape:
     context = perf_model(base).memory.kv_capacity_tokens // base.engine.max_batch_size
     half = max(1, context // 2)
-    return WorkloadShape(half, half, half, 2 * half)
+    return WorkloadShape(half, half, 2 * half)
 
 
 def split_of(config: SimConfig) -> Split:

@@ -43,11 +43,12 @@ class PDPolicy(Policy):
             inst.rm.max_lent_blocks = self.prefill_blocks
         backend.on_prefilled, backend.on_preempted = self._on_prefilled, self._on_preempted
         backend.on_room = self._on_room
-        self.queued: deque[tuple[Sequence, int]] = deque()  # prefilled, waiting for decode room
+        self.queued: deque[tuple[Sequence, int, float]] = deque()  # prefilled, waiting for decode room (since)
         self.moving: dict[int, Transfer] = {}
         self.incoming = [0] * len(engine.instances)  # transfers on their way to each decode instance
         self.kv_bytes = self.transfer_s = self.max_transfer_s = 0.0
         self.num_transfers = self.num_failed_landings = self.num_recomputed = 0
+        self.wait_s = self.max_wait_s = 0.0  # from prefill's end to the transfer's start
 
     def dispatch(self, seq: Sequence) -> int | None:
         """The least loaded prefill instance (fewest rBlocks queued and held; ties: the lowest id); None when the
@@ -78,14 +79,14 @@ class PDPolicy(Policy):
 
     # --- the design's events
     def prefilled(self, src: int, seqs: list[Sequence], now_s: float) -> list:
-        self.queued.extend((seq, src) for seq in seqs)
+        self.queued.extend((seq, src, now_s) for seq in seqs)
         return self.start_transfers(now_s)
 
     def start_transfers(self, now_s: float) -> list:
         """Start the queue's transfers, in order, while a decode instance has room for the first."""
         events = []
         while self.queued:
-            seq, src = self.queued[0]
+            seq, src, since_s = self.queued[0]
             num_blocks = len(self.sim.engine.instances[src].rm.tables[seq.req_id])
             dst = self._decode_for(num_blocks)
             if dst is None or not dst.rm.try_move_kvcache(seq.req_id, num_blocks):
@@ -96,6 +97,8 @@ class PDPolicy(Policy):
             tokens = seq.num_tokens - 1  # the prompt's KV (recomputed: and the tokens before); not the new token's
             t = self.sim.backend.transfer_s(tokens)
             self.num_transfers += 1
+            self.wait_s += now_s - since_s
+            self.max_wait_s = max(self.max_wait_s, now_s - since_s)
             self.kv_bytes += self.sim.backend.kv_bytes(tokens)
             self.transfer_s += t
             self.max_transfer_s = max(self.max_transfer_s, t)
@@ -115,7 +118,7 @@ class PDPolicy(Policy):
         if refusal(src, dst, t.seq) is not None:  # dst took the room back for its own growth
             dst.rm.cancel_reservation(req_id)
             self.num_failed_landings += 1
-            self.queued.appendleft((t.seq, t.src))
+            self.queued.appendleft((t.seq, t.src, now_s))
             return self.start_transfers(now_s)
         move_request(src, dst, t.seq, _copied_by_the_transfer)
         self.sim.records[req_id].inst_id = t.dst
@@ -132,7 +135,8 @@ class PDPolicy(Policy):
         sim.result.design_counters.update({
             "kv_transfer_bytes": self.kv_bytes, "kv_transfer_total_s": self.transfer_s,
             "kv_transfer_max_s": self.max_transfer_s, "kv_transfers": self.num_transfers,
-            "kv_failed_landings": self.num_failed_landings, "decode_preempted_recomputed": self.num_recomputed,
+            "kv_failed_landings": self.num_failed_landings, "decode_wait_total_s": self.wait_s,
+            "decode_wait_max_s": self.max_wait_s, "decode_preempted_recomputed": self.num_recomputed,
             "network_bytes_per_token": self.kv_bytes / num_tokens if num_tokens else 0.0,
             "prefill_pool_utilisation": utilisation(self.prefill), "decode_pool_utilisation": utilisation(self.decode),
             "num_prefill_instances": s.num_prefill, "prefill_tp": s.prefill.tp, "prefill_pp": s.prefill.pp,

@@ -4,7 +4,8 @@ estimate from the cost model in place of its simulated bisection of the per-GPU 
 
 Every feasible split of all `num_gpus` GPUs into prefill instances of one shape and decode instances of one shape
 is estimated; the best is the one with the highest max throughput (requests/s), among those whose instances hold
-the workload's longest prompt (prefill) and longest context (decode) when any does:
+the workload's long prompt and context (knobs.LONG_QUANTILE; both sides: a preempted request is recomputed on the
+prefill pool) when any does:
     prefill pool = instances x prompts/s of one instance, at the mean prompt, in a step of as many prompts as its
                    KV holds (at most the batch cap)
     decode pool  = instances x B / step time / mean output, B the largest batch the decode instance's KV holds at
@@ -60,7 +61,7 @@ class SplitEstimate:
     prefill_req_s: float  # the prefill pool's rate
     decode_req_s: float  # the decode pool's rate
     decode_batch: int  # B of one decode instance
-    fits: bool  # the longest prompt fits a prefill instance and the longest context a decode instance
+    fits: bool  # the workload's long context fits a prefill and a decode instance
 
     @property
     def max_req_s(self) -> float:
@@ -117,7 +118,7 @@ def estimate(split: Split, shape: WorkloadShape, prefill_model: CalibratedPerfMo
     decode_cap = decode_model.memory.kv_capacity_tokens
     batch = min(max_batch_size, decode_cap // context)
     decode_tok_s = batch / step_time_s(decode_model, InstanceLoad(batch, batch * context)) if batch else 0.0
-    fits = shape.max_prompt_tokens <= prefill_cap and shape.max_context_tokens <= decode_cap
+    fits = shape.long_context_tokens <= min(prefill_cap, decode_cap)
     return SplitEstimate(split, split.num_prefill * prompts / prefill_s,
                          split.num_decode * decode_tok_s / shape.mean_output_tokens, batch, fits)
 
