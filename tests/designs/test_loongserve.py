@@ -165,3 +165,14 @@ def test_a_members_own_step_waits_for_the_prefill():
     assert grouped.requests[1].first_token_s >= grouped.requests[0].first_token_s
     assert alone.requests[1].first_token_s < alone.requests[0].first_token_s
     assert grouped.design_counters["member_wait_s"] > 0
+
+
+def test_multi_master_exchange_is_priced():
+    """LoongServe's decode sends each holder the query and gets (out, lse) back every layer: the cost model the
+    base backend uses prices both on the link, per remote query (so the design adds nothing to the step)."""
+    model = perf_model(SimConfig(**A100))
+    assert model.query_bytes == 4096 * 2 and model.result_bytes == 4096 * 2 + 32 * 4  # fp16 out, an fp32 lse a head
+    local = InstanceLoad(batch_size=8, attn_kv_tokens=8000)
+    remote = replace(local, num_remote_queries=3)
+    exchange = model.link.time_s(3 * model.query_bytes) + model.link.time_s(3 * model.result_bytes)
+    assert model.layer_time_s(remote) - model.layer_time_s(local) == pytest.approx(exchange)
