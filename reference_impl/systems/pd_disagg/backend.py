@@ -1,14 +1,15 @@
 """Step prices of the split cluster: prefill instances (ids below `num_prefill`) run on the cost model of their own
 shape, decode instances on the config's (the decode shape). A prefill instance's step prefills whole prompts and
 never decodes: the requests it prefilled leave its batch as the step starts (their KV stays until the transfer
-lands) and the policy starts their transfer at the step's end; a request a decode instance preempts leaves for the
+lands) and the policy starts their transfer at the step's end; it takes waiting prompts first come first served
+up to the knobs' token budget (one longer prompt alone); a request a decode instance preempts leaves for the
 prefill pool, which recomputes it (decode instances never prefill)."""
 
 
 from reference_impl.control.instance import Instance
 from reference_impl.control.sequence import Sequence
 from reference_impl.sim.backend import SimBackend, StepOutcome
-from reference_impl.systems.pd_disagg.configure import split_of
+from reference_impl.systems.pd_disagg.configure import knobs_of, split_of
 from reference_impl.systems.pd_disagg.split import instance_model
 
 class PDBackend(SimBackend):
@@ -18,6 +19,7 @@ class PDBackend(SimBackend):
         super().__init__(config, records, **kwargs)
         split = split_of(config)
         self.num_prefill = split.num_prefill
+        self.batch_tokens = knobs_of(config).prefill_batch_tokens
         self.decode_model = self.model
         self.prefill_model = instance_model(config, split.prefill)
         self.busy_s = [0.0] * config.engine.num_instances  # time in steps that ran a batch, per instance
@@ -25,10 +27,18 @@ class PDBackend(SimBackend):
         self.on_prefilled = self.on_preempted = self.on_room = None
 
     def step(self, instance: Instance, co_running: float = 0.0) -> StepOutcome:
-        outcome = super().step(instance, co_running)
+        s = instance.scheduler
+        if instance.inst_id < self.num_prefill and self.batch_tokens is not None:
+            cap = s.max_batch_size  # (the scheduler admits by count: the budget as a count for this step)
+            s.max_batch_size = _prompts_within(s.waiting, self.batch_tokens, cap)
+            try:
+                outcome = super().step(instance, co_running)
+            finally:
+                s.max_batch_size = cap
+        else:
+            outcome = super().step(instance, co_running)
         if outcome.ran:
             self.busy_s[instance.inst_id] += outcome.duration_s
-        s = instance.scheduler
         if instance.inst_id < self.num_prefill:
             done = {seq.req_id for seq in outcome.finished}
             prefilled = [seq for seq in outcome.seqs if seq.req_id not in done]
@@ -61,3 +71,14 @@ class PDBackend(SimBackend):
     def kv_bytes(self, num_tokens: int) -> float:
         m = self.decode_model
         return num_tokens * m.memory.kv_bytes_per_token_per_gpu * m.tp * m.pp
+
+
+def _prompts_within(waiting, budget: int, cap: int) -> int:
+    """How many prompts from the front of `waiting` fit `budget` tokens (at least one, at most `cap`)."""
+    count, tokens = 0, 0
+    for seq in waiting:
+        tokens += seq.num_tokens
+        if count == cap or (count and tokens > budget):
+            break
+        count += 1
+    return max(1, count)

@@ -7,6 +7,10 @@ from reference_impl.errors import InputError
 # A split need not hold the longest requests whole: DistServe's SLO attainment targets are 90-99% (its
 # evaluation/ae-scripts/e2e/_plot.py), so the longest 1% may be rejected where holding them costs throughput
 LONG_QUANTILE = 0.99
+# DistServe's prefill (context stage) batches waiting prompts first come first served up to a token budget:
+# --context-max-tokens-per-batch, 8192 in its evaluation's server (evaluation/2-benchmark-serving/
+# 2-start-api-server.py; engine default 4096); a prompt longer than the budget runs alone
+PREFILL_BATCH_TOKENS = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +49,12 @@ class PDKnobs:
     """The split of the cluster's GPUs: `num_prefill` prefill instances of `prefill_tp` x `prefill_pp` GPUs, the
     rest decode instances of `decode_tp` x `decode_pp`; a None is chosen by the split search (split.py) for
     `workload` (None: the trace-free default shape of the model, configure.default_shape). configure() returns
-    the knobs with every field filled."""
+    the knobs with every field filled. `prefill_batch_tokens`: a prefill step's prompt-token budget (None: every
+    waiting prompt that fits, up to the batch cap)."""
     num_prefill: int | None = None
     prefill_tp: int | None = None
     prefill_pp: int | None = None
     decode_tp: int | None = None
     decode_pp: int | None = None
     workload: WorkloadShape | None = None
+    prefill_batch_tokens: int | None = PREFILL_BATCH_TOKENS

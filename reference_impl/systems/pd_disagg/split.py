@@ -7,7 +7,7 @@ is estimated; the best is the one with the highest max throughput (requests/s), 
 the workload's long prompt and context (knobs.LONG_QUANTILE; both sides: a preempted request is recomputed on the
 prefill pool) when any does:
     prefill pool = instances x prompts/s of one instance, at the mean prompt, in a step of as many prompts as its
-                   KV holds (at most the batch cap)
+                   KV holds, at most the batch cap and the prefill token budget (knobs.PREFILL_BATCH_TOKENS)
     decode pool  = instances x B / step time / mean output, B the largest batch the decode instance's KV holds at
                    the mean decode context (prompt + output/2), at most the batch cap
     max throughput = the smaller of the two (the bottleneck side decides)
@@ -107,11 +107,11 @@ def splits(shapes: list[InstanceShape], num_gpus: int, fixed: PDKnobs = PDKnobs(
 
 
 def estimate(split: Split, shape: WorkloadShape, prefill_model: CalibratedPerfModel,
-             decode_model: CalibratedPerfModel, max_batch_size: int) -> SplitEstimate:
+             decode_model: CalibratedPerfModel, max_batch_size: int, batch_tokens: int | None) -> SplitEstimate:
     """The split's rates for `shape` (module docstring)."""
     prompt = max(1, round(shape.mean_prompt_tokens))
     prefill_cap = prefill_model.memory.kv_capacity_tokens
-    prompts = max(1, min(max_batch_size, prefill_cap // prompt))
+    prompts = max(1, min(max_batch_size, prefill_cap // prompt, (batch_tokens or prefill_cap) // prompt))
     prefill_s = step_time_s(prefill_model, InstanceLoad(0, 0, prefill_tokens=prompts * prompt,
                                                         prefill_attn_pairs=prompts * causal_prefill_pairs(prompt)))
     context = max(1, round(shape.mean_prompt_tokens + shape.mean_output_tokens / 2))
@@ -141,4 +141,4 @@ def all_estimates(base: SimConfig, num_gpus: int, shape: WorkloadShape, fixed: P
     shapes = instance_shapes(base, num_gpus - 1)
     for split in splits(shapes, num_gpus, fixed):
         yield estimate(split, shape, instance_model(base, split.prefill), instance_model(base, split.decode),
-                       base.engine.max_batch_size)
+                       base.engine.max_batch_size, fixed.prefill_batch_tokens)
