@@ -139,3 +139,16 @@ def test_decode_tpot_is_steadier_than_co_located_vllm_m_at_the_same_rate():
     assert pd.num_finished == co.num_finished == 200
     assert pd.p99_tpot_ms < co.p99_tpot_ms
     assert pd.p99_tpot_ms / pd.p50_tpot_ms < co.p99_tpot_ms / co.p50_tpot_ms
+
+
+def test_a_prefill_step_takes_prompts_up_to_its_token_budget_and_a_longer_prompt_alone():
+    requests = fixed(10, 3000, 5) + [Request(10, 0.0, 10_000, 5, "long")]
+
+    def prompts_per_prefill_step(budget):
+        config = pd_config(4, num_prefill=1, prefill_tp=1, decode_tp=1, prefill_batch_tokens=budget)
+        run = simulate(config, requests)
+        assert run.summary().num_finished == 11
+        return [n for i, n in zip(run.step_inst, run.step_tokens) if i == 0]  # a prefilled prompt: one token
+    budgeted = prompts_per_prefill_step(8192)
+    assert max(budgeted) == 2 and 1 in budgeted and sum(budgeted) == 11
+    assert max(prompts_per_prefill_step(None)) > 2
