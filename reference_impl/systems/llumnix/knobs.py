@@ -11,6 +11,9 @@ REQUEST_POLICIES = ("SR", "LCR", "LR")  # shortest running, last come running, l
 
 @dataclass(frozen=True, slots=True)
 class LlumnixKnobs:
+    # --enable-migration (off in Llumnix's arguments, on here: this design is Llumnix with migration; off, it is
+    # its dispatch alone, the "dispatch-only instances" Llumnix is compared against)
+    enable_migration: bool = True
     # --polling-interval 0.05 s (instance info and pairing) x --pair-migration-frequency 1 (pair every poll)
     pairing_period_s: float = 0.05
     # --migrate-out-threshold -3.0 on the remaining_steps load (free blocks per request, the paper's freeness):

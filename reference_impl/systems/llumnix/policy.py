@@ -59,7 +59,7 @@ class LlumnixPolicy(Policy):
         inst = max(engine.instances, key=lambda i: (freeness_tok(i, self.watermark_blocks, self.block_size),
                                                     -i.inst_id))
         inst.scheduler.add(seq)
-        if not self.round_queued:
+        if self.knobs.enable_migration and not self.round_queued:
             self.round_queued = True
             self.sim.schedule([PairingRound(self.sim.last_s + self.knobs.pairing_period_s)])
         return inst.inst_id
