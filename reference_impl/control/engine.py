@@ -16,6 +16,7 @@ from reference_impl.control.instance import Backend, Instance
 from reference_impl.control.memo import Changes, Memo
 from reference_impl.calibration.perf_model import PerfModel
 from reference_impl.control.retrieval import blocks_to_retrieve, main_creditor
+from reference_impl.control.cluster_index import DispatchIndex, IdleIndex, NeedIndex, TargetIndex
 from reference_impl.control.room import ClusterRoom
 from reference_impl.control.sequence import Sequence, num_blocks_for
 
@@ -47,8 +48,13 @@ class Engine:
         self._heard = Memo()  # (gManager, changes) at the last heartbeats
         self._room = ClusterRoom(self.rmanagers, self.changes)
         self._none_to_fill = Memo()  # (changes) at a fill_idle that found nothing
-        self._targets = Memo()  # pool_targets, per (memory, queues) changes
         self._min_need = Memo()  # min_waiting_blocks, per queue changes
+        # the reads of the whole cluster below, kept per changed instance (cluster_index.py)
+        self._dispatch = DispatchIndex(self.instances, self.changes)
+        self._needs = NeedIndex(self.instances, self.changes)
+        self._idle = IdleIndex(self.instances, self.changes)
+        self._targets = TargetIndex(self.instances, self.changes)
+        self._unheard = self.changes.reader(config.num_instances)  # changed since the last heartbeats
         self.finished: list[Sequence] = []
 
     def recommend(self, debtor_inst: int, num_blocks: int) -> list[int]:
@@ -67,8 +73,7 @@ class Engine:
     def add_request(self, seq: Sequence) -> int:
         """Dispatch to the instance with the most free memory (ties: the fewest running); returns its id."""
         self.config.check_fits(seq)
-        inst = max(self.instances, key=lambda i: (i.rm.num_free - i.scheduler.num_waiting_blocks,
-                                                  -len(i.scheduler.running), -i.inst_id))
+        inst = self._dispatch.best()
         inst.scheduler.add(seq)
         return inst.inst_id
 
@@ -76,14 +81,7 @@ class Engine:
         """The instances with an empty queue and room in their batch, the most free memory first (ties: the lowest
         id): where redispatch may hand a request, in its order of preference (read once per change of memory or
         queues)."""
-        return self._targets.get((self.changes.memory, self.changes.queues), self._pool_targets_now)
-
-    def _pool_targets_now(self) -> list[Instance]:
-        free = [i for i in self.instances if not i.scheduler.waiting
-                and len(i.scheduler.running) < i.scheduler.max_batch_size]
-        if len(free) > 1:
-            free.sort(key=lambda i: (-i.rm.num_free, i.inst_id))
-        return free
+        return list(self._targets.in_order())
 
     def room(self) -> ClusterRoom:
         """The cluster's room now (each instance's lendable and free rBlocks, their sums, pooled rooms): refreshed
@@ -94,10 +92,7 @@ class Engine:
 
     def min_waiting_blocks(self) -> int | None:
         """The fewest rBlocks a waiting request of the cluster needs at admission (None: nothing waits)."""
-        return self._min_need.get(self.changes.queues, self._min_waiting_blocks_now)
-
-    def _min_waiting_blocks_now(self) -> int | None:
-        return min((n for i in self.instances if (n := i.scheduler.min_waiting_blocks) is not None), default=None)
+        return self._min_need.get(self.changes.queues, self._needs.least)
 
     def most_pooled_room(self) -> int:
         """A bound on every instance's pooled room: all of an instance, plus all the creditors may lend."""
@@ -118,7 +113,7 @@ class Engine:
         if need > self.most_pooled_room():
             return None  # (the common case: a request larger than an instance, with creditors short of room)
         room = self.room()
-        other = next((o for o in self.pool_targets() if o is not inst and need <= room.pooled_room(o)), None)
+        other = next((o for o in self._targets.in_order() if o is not inst and need <= room.pooled_room(o)), None)
         if other is None:
             return None
         other.scheduler.add_first(s.take_waiting())
@@ -138,40 +133,55 @@ class Engine:
         if least is None or least > self.most_pooled_room():
             self._none_to_fill.set(changes)
             return []  # nothing waits, or nothing waiting fits anywhere
-        bs = self.config.block_size
-        filled = []
-        pooled_room = min_need = None  # read once: memory does not change in this loop, queues rarely
-        for inst in self.instances:
-            s = inst.scheduler
-            if s.running or (s.waiting and not s.is_head_blocked):
-                continue
-            if pooled_room is None:
-                pooled_room = self.room().pooled_room
-                min_need = [i.scheduler.min_waiting_blocks for i in self.instances]
-            room = pooled_room(inst)
-            least = self.min_waiting_blocks()  # (read again only after a hand-over below changed the queues)
-            if least is None or room < least:
-                continue  # no waiting request fits
-            for other in [inst] + [i for i in self.instances if i is not inst and i not in filled]:
-                if min_need[other.inst_id] is None or min_need[other.inst_id] > room:
-                    continue
-                o = other.scheduler
-                # an idle instance whose first request has not been tried yet is about to try it (it just got
-                # it): taking it would hand it back and forth at one instant, with no step in between
-                start = 1 if other is not inst and not o.running and not o.is_head_blocked else 0
-                index = next((k for k, seq in enumerate(o.waiting)
-                              if k >= start and num_blocks_for(seq.num_tokens, bs) <= room), None)
-                if index is None:
-                    continue
-                s.add_first(o.take_waiting(index))
-                s.is_head_blocked = False
+        # The idle instances in id order whose pooled room fits the least need. Memory does not change in this
+        # loop, nor does the set of waiting requests (a hand-over moves one to a filled instance's queue), so
+        # `least` stands, and an instance that finds nothing leaves nothing for a later one with no more room.
+        room = self.room()
+        filled, min_room, start = [], least, 0
+        while (inst_id := self._idle.first(start, min_room, room.total_lendable)) is not None:
+            inst = self.instances[inst_id]
+            start = inst_id + 1
+            inst_room = room.pooled_room(inst)
+            if self._take_waiting(inst, inst_room, filled):
                 filled.append(inst)
-                for changed in (other, inst):
-                    min_need[changed.inst_id] = changed.scheduler.min_waiting_blocks
-                break
+            else:
+                min_room = inst_room + 1
         if not filled:
             self._none_to_fill.set(changes)
         return filled
+
+    def _take_waiting(self, inst: Instance, room: int, filled: list[Instance]) -> bool:
+        """Move to the front of idle `inst`'s queue the first waiting request that fits `room`: from its own queue,
+        else the others' in id order but those of `filled`. Whether there was one."""
+        bs, s = self.config.block_size, inst.scheduler
+        for other in self._queues_that_may_fit(inst, room):
+            if other in filled:
+                continue
+            o = other.scheduler
+            # an idle instance whose first request has not been tried yet is about to try it (it just got
+            # it): taking it would hand it back and forth at one instant, with no step in between
+            start = 1 if other is not inst and not o.running and not o.is_head_blocked else 0
+            index = next((k for k, seq in enumerate(o.waiting)
+                          if k >= start and num_blocks_for(seq.num_tokens, bs) <= room), None)
+            if index is None:
+                continue
+            s.add_first(o.take_waiting(index))
+            s.is_head_blocked = False
+            self._needs.update(other.inst_id)
+            self._needs.update(inst.inst_id)
+            return True
+        return False
+
+    def _queues_that_may_fit(self, inst: Instance, room: int):
+        """`inst`, then the other instances in id order, whose least waiting need fits `room`."""
+        tree = self._needs.sync()
+        if tree.values[inst.inst_id] <= room:
+            yield inst
+        i = tree.first_at_most(0, room)
+        while i is not None:
+            if i != inst.inst_id:
+                yield self.instances[i]
+            i = tree.first_at_most(i + 1, room)
 
     def heartbeats(self, full: bool = False) -> None:
         """Each rManager's heartbeat; one whose instance did not change since its last (same rManager version,
@@ -180,8 +190,11 @@ class Engine:
         if not full and self._heard.holds(heard):
             return  # no rManager and no queue changed since the last heartbeats to this gManager
         self._heard.set(heard)
+        changed = self._unheard.take()
+        if full or not self._sent.holds(self.gmanager):
+            changed = range(len(self.instances))  # (a new gManager has heard from none)
         sent = self._sent.get(self.gmanager, dict)
-        for inst in self.instances:
+        for inst in [self.instances[i] for i in sorted(changed)]:
             s = inst.scheduler
             state = (inst.rm.version, len(s.running), len(s.waiting), s.num_waiting_blocks)
             if full or sent.get(inst.inst_id) != state:

@@ -5,24 +5,27 @@ from reference_impl.control.memo import Changes
 
 class ClusterRoom:
     """Valid while `changes.memory` stands at `memory`; `refresh` brings it up to date, re-reading only the rManagers
-    changed since (`changes.changed_rms`, which it empties)."""
+    changed since (its reader of `changes`) and moving the sums by their differences."""
 
-    __slots__ = ("lendable", "free", "total_lendable", "total_free", "pooled", "memory")
+    __slots__ = ("lendable", "free", "total_lendable", "total_free", "pooled", "memory", "_reader")
 
     def __init__(self, rmanagers: dict, changes: Changes):
+        self._reader = changes.reader(len(rmanagers), queues=False)
+        self._reader.take()
         self.lendable = [rmanagers[i].num_lendable for i in sorted(rmanagers)]
         self.free = [rmanagers[i].num_free for i in sorted(rmanagers)]
         self.total_lendable, self.total_free = sum(self.lendable), sum(self.free)
         self.pooled: dict[int, int] = {}  # inst_id -> rBlocks it could admit with what creditors lend, read so far
-        changes.changed_rms.clear()
         self.memory = changes.memory
 
     def refresh(self, rmanagers: dict, changes: Changes) -> None:
-        for i in changes.changed_rms:
+        lendable, free = self.lendable, self.free
+        for i in self._reader.take():
             rm = rmanagers[i]
-            self.lendable[i], self.free[i] = rm.num_lendable, rm.num_free
-        changes.changed_rms.clear()
-        self.total_lendable, self.total_free = sum(self.lendable), sum(self.free)
+            now_lendable, now_free = rm.num_lendable, rm.num_free
+            self.total_lendable += now_lendable - lendable[i]
+            self.total_free += now_free - free[i]
+            lendable[i], free[i] = now_lendable, now_free
         self.pooled = {}
         self.memory = changes.memory
 

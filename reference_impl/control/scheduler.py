@@ -20,7 +20,8 @@ class Scheduler:
         `chunked_prefill_tokens`: each step decodes every running request and prefills prompt chunks in the
         tokens left of this budget (vLLM's chunked prefill); None: a step prefills whole prompts or decodes."""
         self.rm = rmanager
-        self.changes = rmanager.changes  # queue changes count in `changes.queues`
+        self.changes = rmanager.changes  # queue changes count in `changes.queues` and name this instance
+        self.inst_id = rmanager.inst_id
         self.chunked_prefill_tokens = chunked_prefill_tokens
         self.block_size = block_size
         self.max_batch_size = max_batch_size
@@ -60,10 +61,14 @@ class Scheduler:
     def is_head_blocked(self, blocked: bool) -> None:
         if blocked != self._head_blocked:
             self._head_blocked = blocked
-            self.changes.queues += 1
+            self._queue_changed()
+
+    def _queue_changed(self) -> None:
+        self.changes.queues += 1
+        self.changes.changed_queues.add(self.inst_id)
 
     def _added(self, seq: Sequence) -> int:
-        self.changes.queues += 1
+        self._queue_changed()
         need = num_blocks_for(seq.num_tokens, self.block_size)
         self.num_waiting_blocks += need
         if self._min_waiting_blocks is None or (self._min_waiting_blocks != STALE and need < self._min_waiting_blocks):
@@ -73,7 +78,7 @@ class Scheduler:
     def take_waiting(self, index: int = 0) -> Sequence:
         seq = self.waiting[index]
         del self.waiting[index]
-        self.changes.queues += 1
+        self._queue_changed()
         need = num_blocks_for(seq.num_tokens, self.block_size)
         self.num_waiting_blocks -= need
         if not self.waiting:
@@ -212,7 +217,7 @@ class Scheduler:
         if seqs:
             self.running.extend(seqs)
             self.peak_running = max(self.peak_running, len(self.running))
-            self.changes.queues += 1
+            self._queue_changed()
 
     def adopt(self, seq: Sequence) -> None:
         """A running request moved here whole from another instance (control/request_move.py) joins the batch."""
@@ -220,7 +225,7 @@ class Scheduler:
 
     def remove_running(self, seq: Sequence) -> None:
         self.running.remove(seq)
-        self.changes.queues += 1
+        self._queue_changed()
 
     def preempt(self, seq: Sequence) -> None:
         self.remove_running(seq)

@@ -49,6 +49,7 @@ class Simulator:
         self.seqs: dict[int, Sequence] = {}
         self.busy = [False] * config.engine.num_instances  # a step event is queued
         self.computing = [False] * config.engine.num_instances  # ... and it runs work (not only a KV transfer)
+        self.num_computing = 0  # of `computing`, kept as it changes
         self.shares_cores = self.backend.costs.co_run_slowdown != 1.0 and config.engine.num_instances > 1
         self.noop_steps = [(None, 0)] * config.engine.num_instances  # (instant, steps that did nothing at it)
         self.pending = self.arrivals_left = len(requests)
@@ -61,7 +62,11 @@ class Simulator:
         self.num_idle_waiting = 0  # instances running no step while a waiting request fits the free rBlocks
         self.idle_waiting_inst_s = 0.0
         self.changes = self.engine.changes
-        self._schedulers = [(inst.inst_id, inst.scheduler) for inst in self.engine.instances]
+        self._schedulers = [inst.scheduler for inst in self.engine.instances]
+        # instances that may have work and no step queued (wake_all checks): those whose step ended without a next
+        # one, and those whose queues changed since the last wake_all (`_queues_changed`)
+        self._may_wake: set[int] = set()
+        self._queues_changed = self.changes.reader(config.engine.num_instances, memory=False)
         self.quiet_handoff = Memo()  # (changes, instances) of a Handoff that did nothing
         self._queue: list[tuple[float, int, Event]] = []
         self._order = itertools.count()
@@ -143,13 +148,16 @@ class Simulator:
 
     def stepping(self, inst_id: int, is_busy: bool, is_computing: bool) -> None:
         """Whether `inst_id` has a step queued now, and whether that step runs work (not only a KV transfer)."""
+        self.num_computing += is_computing - self.computing[inst_id]
         self.busy[inst_id], self.computing[inst_id] = is_busy, is_computing
+        if not is_busy:
+            self._may_wake.add(inst_id)
 
     def co_running(self, inst_id: int) -> float:
         """The share of the other instances with a computing step in flight (0 where instances share nothing)."""
         if not self.shares_cores:
             return 0.0
-        return (sum(self.computing) - self.computing[inst_id]) / (self.config.engine.num_instances - 1)
+        return (self.num_computing - self.computing[inst_id]) / (self.config.engine.num_instances - 1)
 
     def wake(self, inst_id: int, time_s: float) -> list[Step]:
         if self.busy[inst_id] or not self.engine.instances[inst_id].has_work:
@@ -174,9 +182,13 @@ class Simulator:
     def wake_all(self, time_s: float) -> list[Event]:
         """A step for every instance with work, except those whose step could only hand their first request on
         (Scheduler.waits_for_others): one Handoff event after the steps does that for them."""
-        steps, parked, busy, pending = [], [], self.busy, self.backend.pending
-        for i, s in self._schedulers:
+        steps, parked, busy, pending, schedulers = [], [], self.busy, self.backend.pending, self._schedulers
+        may_wake = self._may_wake
+        may_wake |= self._queues_changed.take()
+        for i in sorted(may_wake):
+            s = schedulers[i]
             if busy[i] or not (s.running or s.waiting):
+                may_wake.discard(i)  # (until its step ends or its queues change)
                 continue
             if not s.running and s.waits_for_others and not pending[i].sent_tokens:
                 parked.append(i)
@@ -192,7 +204,7 @@ class Simulator:
 
     def count_idle_round(self) -> int:
         """Rounds in a row with no instance computing and no arrival left, this one included."""
-        self.idle_rounds = 0 if any(self.computing) or self.arrivals_left else self.idle_rounds + 1
+        self.idle_rounds = 0 if self.num_computing or self.arrivals_left else self.idle_rounds + 1
         return self.idle_rounds
 
     def may_skip_rounds(self) -> bool:
@@ -214,7 +226,7 @@ class Simulator:
         self.result.end_s = max(self.result.end_s, time_s)
 
     def _after_event(self) -> None:
-        num_idle = self.computing.count(False)
+        num_idle = self.config.engine.num_instances - self.num_computing
         self.num_idle_waiting = num_idle if num_idle and self.waiting_fits() else 0
 
     def waiting_fits(self) -> bool:
