@@ -46,8 +46,9 @@ def plot_designs(results: list[dict], figures_dir: str) -> list[str]:
                 cbar_kws={"label": "ratio to the baseline"},
                 xticklabels=designs, yticklabels=labels, mask=np.zeros_like(logs, dtype=bool))
     bar = ax.collections[0].colorbar
-    bar.set_ticks(bar.get_ticks())
-    bar.set_ticklabels([f"{2 ** t:.2g}x" for t in bar.get_ticks()])
+    ticks = [t for t in bar.get_ticks() if -span <= t <= span]
+    bar.set_ticks(ticks)
+    bar.set_ticklabels([f"{2 ** t:.2g}x" for t in ticks])
     for i in range(len(groups)):
         if np.isfinite(ratios[i]).any():
             j = int(np.nanargmax(ratios[i]))
