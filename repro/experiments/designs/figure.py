@@ -1,7 +1,9 @@
 """The designs figure: which design wins where, at a glance. A heatmap of groups (rows) by designs (columns): each
 design's max throughput at the plateau over the group's baseline (vLLM-M on traces 0-2, vLLM-S on 3-8), median
-over seeds, annotated; blue above 1, red below (log scale); a box on each row's best; "failed" where the design
-could not serve the group."""
+over seeds, annotated; blue above 1, red below (log scale); "failed" where the design could not serve the group;
+"rej N%" where it rejected that share of the requests at its plateau (those it cannot hold: its ratio counts only
+the requests it served, not the baseline's work); a box on each row's best of the designs that rejected none (of
+all when every one did)."""
 import numpy as np
 from matplotlib.patches import Rectangle
 
@@ -10,9 +12,11 @@ from repro.framework.figures import main_result, new_figure, plt, save
 NAME = "designs-max-tput"
 
 
-def grid(groups: list[dict], designs: list[str]) -> tuple[np.ndarray, list[list[str]], list[str]]:
-    """(ratios [groups x designs], NaN where failed; cell texts; row labels)."""
+def grid(groups: list[dict], designs: list[str]) -> tuple[np.ndarray, list[list[str]], list[str], np.ndarray]:
+    """(ratios [groups x designs], NaN where failed; cell texts; row labels; whether the design rejected requests at
+    its plateau)."""
     ratios = np.full((len(groups), len(designs)), np.nan)
+    rejects = np.zeros((len(groups), len(designs)), dtype=bool)
     texts = [["" for _ in designs] for _ in groups]
     for i, g in enumerate(groups):
         for j, d in enumerate(designs):
@@ -23,10 +27,12 @@ def grid(groups: list[dict], designs: list[str]) -> tuple[np.ndarray, list[list[
                 texts[i][j] = "failed"
                 continue
             ratios[i, j] = row["ratio"]
-            texts[i][j] = f"{row['ratio']:.2f}"
+            rejected = (row.get("at_plateau") or {}).get("num_rejected") or 0
+            rejects[i, j] = rejected > 0
+            texts[i][j] = f"{row['ratio']:.2f}" + (f"\nrej {rejected / g['num_requests']:.0%}" if rejected else "")
     labels = [f"trace {g['trace_id']}: {g['model'].removeprefix('llama2-').upper()} x{g['num_gpus']} "
               f"(vs {g['baseline']})" for g in groups]
-    return ratios, texts, labels
+    return ratios, texts, labels, rejects
 
 
 def plot_designs(results: list[dict], figures_dir: str) -> list[str]:
@@ -35,7 +41,7 @@ def plot_designs(results: list[dict], figures_dir: str) -> list[str]:
     result = main_result(results)
     data = result["data"]
     groups, designs = data["groups"], data["designs"]
-    ratios, texts, labels = grid(groups, designs)
+    ratios, texts, labels, rejects = grid(groups, designs)
     fig, _ = new_figure()
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(1.1 * len(designs) + 3.2, 0.42 * len(groups) + 1.6))
@@ -50,11 +56,14 @@ def plot_designs(results: list[dict], figures_dir: str) -> list[str]:
     bar.set_ticks(ticks)
     bar.set_ticklabels([f"{2 ** t:.2g}x" for t in ticks])
     for i in range(len(groups)):
-        if np.isfinite(ratios[i]).any():
-            j = int(np.nanargmax(ratios[i]))
+        whole = np.where(rejects[i], np.nan, ratios[i])  # the best of those that served every request, if any
+        row = whole if np.isfinite(whole).any() else ratios[i]
+        if np.isfinite(row).any():
+            j = int(np.nanargmax(row))
             ax.add_patch(Rectangle((j, i), 1, 1, fill=False, edgecolor="black", lw=1.6))
     ax.set_title(f"Max throughput at the plateau over vLLM-M (traces 0-2) / vLLM-S (traces 3-8)\n"
-                 f"{result['run_id']}, {len(data['seeds'])} seed(s); box: best design of the group", fontsize=8)
+                 f"{result['run_id']}, {len(data['seeds'])} seed(s); box: the group's best of those "
+                 f"that reject none; rej: requests rejected at the plateau", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.set_xticklabels(ax.get_xticklabels(), rotation=30, ha="right")
     return save(fig, figures_dir, NAME)
