@@ -64,9 +64,19 @@ class Migrator:
         self.num_busy = [0] * sim.config.engine.num_instances  # migrations in or out of each instance
         self.pausing: dict[int, list[Migration]] = {}  # source -> migrations waiting for its step boundary
         self.counters = MigrationCounters()
+        self._futile_state, self._futile_attempts = None, 0  # (changes) of the last round that changed nothing
 
     def pair(self, now_s: float) -> list[Event]:
-        """A pairing round: migrate one running request from each source to its destination."""
+        """A pairing round: migrate one running request from each source to its destination. A round on the state
+        of a round that changed nothing (no pair, or every destination refused the first stage's room) would
+        choose the same pairs and requests and be refused again: its attempts are counted, not made."""
+        changes = self.sim.changes
+        state = (changes.memory, changes.queues)
+        if state == self._futile_state:
+            self.counters.started += self._futile_attempts
+            self.counters.aborted[DST] += self._futile_attempts
+            return []
+        started, refused = self.counters.started, self.counters.aborted[DST]
         cap = self.knobs.max_migrations_per_instance
         free = [i for i in self.sim.engine.instances if self.num_busy[i.inst_id] < cap]
         caused = []
@@ -74,6 +84,9 @@ class Migrator:
             seq = choose_request(src, self.knobs.request_policy, self.active)
             if seq is not None:
                 caused += self.start(seq, src.inst_id, dst.inst_id, now_s)
+        attempts = self.counters.started - started
+        if not caused and (changes.memory, changes.queues) == state and self.counters.aborted[DST] - refused == attempts:
+            self._futile_state, self._futile_attempts = state, attempts
         return caused
 
     def start(self, seq: Sequence, src: int, dst: int, now_s: float) -> list[Event]:
