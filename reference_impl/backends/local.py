@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from reference_impl.backends.clock import make_clock, serve_on_clock
 from reference_impl.control.engine import Engine, EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.model.kv_layer import StepKV
@@ -127,8 +128,6 @@ def serve(model: LlamaModel, requests, config: EngineConfig, *, seed: int = 0, d
     """Serve `requests` (workloads.Request) on a local engine against the clock ("wall", or "cpu": this process's
     CPU time, see backends/clock.py); returns a ServingRun (serving/records.py) like the simulator's. Prompts are
     random token ids from `seed`."""
-    from reference_impl.backends.clock import make_clock, serve_on_clock
-
     engine = Engine(config, LocalBackend(to_device(model, device), config, device=device))
     prompts = random_prompts(requests, model.config.vocab_size, seed)
     now, sleep = make_clock(clock)

@@ -12,11 +12,15 @@ two terms are replaced by what the engine's own steps show:
                    beyond the profiled ops (floored at ~0 where its kernels are faster than the profiled ops)
 """
 import copy
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from reference_impl.calibration.coefficients import dumps
 from reference_impl.calibration.curve import round_sig
+from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.calibration.overhead import median_curve_entry
 from reference_impl.calibration.specs import model_spec
 from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
@@ -49,8 +53,6 @@ def fit_engine_steps(ops_doc: dict, hardware: str, model: str, decode: list[Deco
     """`ops_doc` (a `repro profile` document of this machine) with the KV read rate and the step overhead of
     `engine` fitted to its measured steps; `kv_batch`: the batch size whose steps span several contexts (None: no
     step spans several, the op-level KV read rate is kept)."""
-    from reference_impl.profiling.local import _layer_terms
-
     spec = model_spec(model)
     doc = copy.deepcopy(ops_doc)
     hw = doc["hardware"][hardware]
@@ -65,7 +67,7 @@ def fit_engine_steps(ops_doc: dict, hardware: str, model: str, decode: list[Deco
     if rate is not None:
         attention["kv_read_bytes_per_s"] = round_sig(rate)
     attention["derivation"] = f"kv_read_bytes_per_s: {kv_note}; the rest: {attention['derivation']}"
-    layers = _layer_terms(doc, model, hardware)
+    layers = op_level_model(doc, model, hardware)
     decode_x = [s.batch_size for s in decode]
     decode_y = [s.step_s - step_time_s(layers, InstanceLoad(s.batch_size, s.kv_tokens)) for s in decode]
     prefill_x = [s.num_prompts * s.prompt_len for s in prefill]
@@ -80,3 +82,11 @@ def fit_engine_steps(ops_doc: dict, hardware: str, model: str, decode: list[Deco
                       f"over batch sizes {sorted(set(decode_x))}, prefill over prompt tokens {sorted(set(prefill_x))}"}
     doc["profile"]["engine"] = engine
     return doc
+
+
+def op_level_model(doc: dict, model: str, hardware: str) -> CalibratedPerfModel:
+    """The cost model of the op-level measurements in `doc` (no step overhead yet)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ops.json"
+        path.write_text(dumps(doc))
+        return CalibratedPerfModel.for_setting(model=model, gpu=hardware, link="intra-node", coefficients_path=path)

@@ -9,18 +9,19 @@ all-reduce or inter-node link. Step overhead: the real engine's step outside its
 (profile_overhead.py).
 """
 import os
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from reference_impl.calibration.curve import fit_curve, round_sig
+from reference_impl.calibration.engine_steps import op_level_model
 from reference_impl.calibration.fit import FORMAT, NON_ATTENTION_MAX_REL_ERR, curve_entry
 from reference_impl.profiling.step_overhead import measure_overhead
 from reference_impl.calibration.specs import ModelSpec
+from reference_impl.kernels import micro_attention
+from reference_impl.model.kv_layer import causal_partial_attention
 
 GPU_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 
@@ -120,8 +121,6 @@ def _layer_fn(spec: ModelSpec, tokens: int, device, dtype, gen):
 
 def _kv_read(spec: ModelSpec, plan: ProfilePlan, device, dtype, gen) -> tuple[float, float]:
     """(KV bytes read per second, seconds per call beyond the read) of micro_attention over the plan's lengths."""
-    from reference_impl.kernels import micro_attention
-
     # The kernel a deployment runs: Triton on a GPU; on CPU the torch path (the interpreter is no measure).
     backend = "triton" if device.type == "cuda" else "torch"
     rows = []
@@ -153,8 +152,6 @@ def _randn(shape, gen: torch.Generator, device: torch.device, dtype: torch.dtype
 
 
 def _prefill_attn_flops_per_s(spec: ModelSpec, plan: ProfilePlan, device, dtype, gen) -> float:
-    from reference_impl.model.kv_layer import causal_partial_attention
-
     n = plan.prefill_tokens
     q = torch.randn(n, spec.num_heads, spec.head_dim, generator=gen).to(device, dtype)
     k, v = (torch.randn(n, spec.num_kv_heads, spec.head_dim, generator=gen).to(device, dtype) for _ in range(2))
@@ -209,19 +206,9 @@ def profile(spec: ModelSpec, *, name: str, device: torch.device, dtype: torch.dt
                        "torch": torch.__version__, "threads": torch.get_num_threads(), "quick": quick, "seed": seed,
                        "clock": plan.clock}}
     hardware["step_overhead_s"] = {spec.name: measure_overhead(
-        spec, _layer_terms(doc, spec.name, name), batches=plan.overhead_batches,
+        spec, op_level_model(doc, spec.name, name), batches=plan.overhead_batches,
         prompt_len=plan.overhead_prompt_len, prefill_seqs=plan.overhead_prefill_seqs,
         context_tokens=plan.overhead_context_tokens, repeats=plan.repeats, now=timer(plan.clock, device),
         device=device, dtype=dtype, seed=seed, source=source)}
     return doc
 
-
-def _layer_terms(doc: dict, model: str, name: str):
-    """The cost model of the op-level measurements in `doc` (no step overhead yet)."""
-    from reference_impl.calibration.coefficients import dumps
-    from reference_impl.calibration.model import CalibratedPerfModel
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "ops.json"
-        path.write_text(dumps(doc))
-        return CalibratedPerfModel.for_setting(model=model, gpu=name, link="intra-node", coefficients_path=path)

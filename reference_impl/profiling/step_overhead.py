@@ -17,14 +17,16 @@ import time
 import numpy as np
 import torch
 
+from reference_impl.backends.local import LocalBackend
 from reference_impl.calibration.overhead import median_curve_entry
 from reference_impl.calibration.specs import ModelSpec
 from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
+from reference_impl.control.engine import Engine, EngineConfig
+from reference_impl.control.sequence import Sequence, num_blocks_for
+from reference_impl.model.llama import ModelConfig, random_model
 
 def engine_model_config(spec: ModelSpec, num_layers: int | None = None):
     """The engine's ModelConfig of `spec` (all its layers by default)."""
-    from reference_impl.model.llama import ModelConfig
-
     return ModelConfig(vocab_size=spec.vocab, hidden_size=spec.hidden, intermediate_size=spec.intermediate,
                        num_layers=spec.num_layers if num_layers is None else num_layers, num_heads=spec.num_heads,
                        num_kv_heads=spec.num_kv_heads)
@@ -65,11 +67,6 @@ def measure_overhead(spec: ModelSpec, layers, *, batches, prompt_len: int, prefi
     """{"decode": curve over batch size, "prefill": curve over a step's prompt tokens (k prompts of `prompt_len`),
     each with its two parts} in seconds
     per step. `layers`: the cost model of the op-level profile (a PerfModel without step overhead)."""
-    from reference_impl.backends.local import LocalBackend
-    from reference_impl.control.engine import Engine, EngineConfig
-    from reference_impl.model.llama import random_model
-    from reference_impl.control.sequence import Sequence, num_blocks_for
-
     model = random_model(engine_model_config(spec), seed, dtype, device)
     timer = _TimedForward(model, device, now)
     model.forward = timer

@@ -17,6 +17,7 @@ from concurrent.futures import Future
 import ray
 import torch
 
+import reference_impl
 from reference_impl.backends.local import LocalBackend
 from reference_impl.backends.ray.dataplane import DataPlane, GroupSpec, free_address
 from reference_impl.backends.ray.loop import InstanceLoop
@@ -112,7 +113,6 @@ class InstanceActor:
         return free_address()
 
     def module_file(self) -> str:
-        import reference_impl
         return reference_impl.__file__
 
     def start(self, handles: dict, gmanager, spec: GroupSpec) -> None:
