@@ -2,13 +2,19 @@
 import os
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import click
 import numpy as np
 
+from reference_impl.backends.local import generate as local_generate
+from reference_impl.backends.ray import RayEngine
 from reference_impl.backends.ray.stats import LoopStats, StepMeans
 from reference_impl.control.engine import EngineConfig
 from reference_impl.control.sequence import Sequence, num_blocks_for
+from reference_impl.model.device_time import DeviceTimeModel
+from reference_impl.model.llama import ModelConfig, random_model
+from reference_impl.model.resolve import resolve_model
 
 POLL_S = 0.02  # between the driver's looks at the N independent engines' reports
 
@@ -83,10 +89,6 @@ def load_average() -> float:
 
 def bench_model(spec: str, layers: int, hidden: int, seed: int):
     """(model the instances run, model with the same tokens for the local reference run)."""
-    from reference_impl.model.device_time import DeviceTimeModel
-    from reference_impl.model.llama import ModelConfig, random_model
-    from reference_impl.model.resolve import resolve_model
-
     if spec == "random":
         heads = max(1, hidden // 64)
         config = ModelConfig(vocab_size=4096, hidden_size=hidden, intermediate_size=hidden * 8 // 3,
@@ -143,11 +145,6 @@ def _stats_delta(engine, before: dict[int, LoopStats]) -> dict[int, LoopStats]:
 
 def run_engine(model, reference_model, work: Workload, ray_config, repeats: int) -> EngineRun:
     """The N-instance engine: tok/s per repeat (after a warm-up), where a step's time goes, tokens checked."""
-    import click
-
-    from reference_impl.backends.local import generate as local_generate
-    from reference_impl.backends.ray import RayEngine
-
     roomy = EngineConfig(1, sum(num_blocks_for(len(p) + work.max_new_tokens, work.config.block_size)
                                 for p in work.prompts), block_size=work.config.block_size)
     want = local_generate(reference_model, work.prompts, work.max_new_tokens, roomy, ignore_eos=True).token_ids
@@ -174,10 +171,6 @@ def run_engine(model, reference_model, work: Workload, ray_config, repeats: int)
 
 def run_independent(model, work: Workload, ray_config, repeats: int) -> float:
     """N single-instance engines serving the same requests at once; median tok/s over repeats."""
-    from dataclasses import replace
-
-    from reference_impl.backends.ray import RayEngine
-
     n = work.config.num_instances
     engines = [RayEngine(replace(work.config, num_instances=1), model, ray_config) for _ in range(n)]
     try:

@@ -18,11 +18,20 @@ import os
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
+from reference_impl.sim.config import sim_engine
+from reference_impl.systems.registry import cluster
 from repro.benchmarks.schedule import critical_path, schedule_s
+from repro.experiments.e2e import GPU, _requests
+from repro.framework.base import RunParams
+from repro.framework.registry import get_experiment
 from repro.load import load_1m
+from repro.serving.executors import LocalPool, RayCluster
+from repro.serving.sweep import Sweep, in_process
+from repro.serving.tasks import PointTask, RequestSpec
 
 CORES = (16, 64, 256)
 GRAPH_EXPERIMENTS = ("e2e", "e2e-datasets", "sensitivity", "dgfm", "context-length")
@@ -33,10 +42,6 @@ OVERHEAD_SWEEP = dict(trace_id=0, num_requests=200, rates_per_s=(2.0, 4.0, 8.0, 
 
 
 def overhead_tasks() -> list:
-    from repro.experiments.e2e import GPU, _requests
-    from repro.serving.tasks import PointTask, RequestSpec
-    from reference_impl.sim.config import sim_engine
-    from reference_impl.systems.registry import cluster
     s = OVERHEAD_SWEEP
     base = cluster("llama2-7b", GPU, 4, engine=sim_engine(seed=0))
     make = partial(_requests, s["trace_id"], s["num_requests"], "fitted")
@@ -51,7 +56,6 @@ def empty_point(task) -> dict:
 
 
 def empty_tasks(tasks: list) -> list:
-    from dataclasses import replace
     return [replace(tasks[i % len(tasks)], runner=empty_point, seed=i) for i in range(EMPTY_POINTS)]
 
 
@@ -61,8 +65,6 @@ def _plain(points: list[dict]) -> list[dict]:
 
 def measure_executor(kind: str, workers: int, tasks: list, reference: list[dict], log) -> dict:
     """Two runs of `tasks` on one executor of `kind` (pool | ray) with `workers` slots."""
-    from repro.serving.executors import LocalPool, RayCluster
-    from repro.serving.sweep import Sweep
     start = time.perf_counter()
     executor = LocalPool(workers) if kind == "pool" else RayCluster("local", workers)
     started_s = time.perf_counter() - start
@@ -97,7 +99,6 @@ def measure_executor(kind: str, workers: int, tasks: list, reference: list[dict]
 
 
 def measure_overheads(log) -> dict:
-    from repro.serving.sweep import in_process
     tasks = overhead_tasks()
     here = in_process(lambda line: None)
     t0 = time.perf_counter()
@@ -115,8 +116,6 @@ def measure_overheads(log) -> dict:
 
 def record_graphs(log) -> list[dict]:
     """The quick figure set's nodes: the point graphs of GRAPH_EXPERIMENTS, one node per SINGLE_EXPERIMENTS."""
-    from repro.framework.base import RunParams
-    from repro.framework.registry import get_experiment
     nodes = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in GRAPH_EXPERIMENTS:

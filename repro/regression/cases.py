@@ -5,6 +5,7 @@ that redraws them."""
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from repro.experiments.dgfm import last_third_tok_s
 from repro.framework.base import RunParams
 from repro.framework.registry import get_experiment
 
@@ -94,7 +95,6 @@ def perf_model_numbers(data: dict) -> Numbers:
 
 
 def dgfm_numbers(data: dict) -> Numbers:
-    from repro.experiments.dgfm import last_third_tok_s
     out = {}
     for arm in data["arms"]:
         where = f"{arm['arm']}/seed{arm['seed']}"

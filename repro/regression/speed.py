@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
+
 from reference_impl.atomic import write_text_atomic
 from reference_impl.errors import InputError
 from repro.regression.speed_workloads import BY_NAME, CASES, Side, SpeedCase
@@ -94,8 +96,6 @@ class RatioMeter:
 @contextmanager
 def one_thread():
     """torch on one thread while measuring: the ratio then does not depend on how many cores are free."""
-    import torch
-
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

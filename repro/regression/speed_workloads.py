@@ -13,6 +13,23 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from reference_impl.control.sequence import Sequence
+from reference_impl.kernels import micro_attention
+from reference_impl.model.llama import TINY, random_model
+from reference_impl.serving.records import RequestRecord
+from reference_impl.sim.backend import SimBackend, build_engine
+from reference_impl.sim.events import PromptIds
+from reference_impl.sim.simulator import simulate
+from reference_impl.systems.registry import cluster, system_config
+from repro.attention.bench import MODEL_HEADS, AttentionBenchPoint, contiguous_kv, kv_bytes, paged_inputs
+from repro.benchmarks.engine import prefilled_engine
+from workloads import generate
+from workloads.generate import SourceOptions
+
 SIZES = ("ci", "large")
 
 
@@ -51,12 +68,6 @@ def pure_python_side(num_events: int) -> Side:
 
 
 def attention(size: str) -> tuple[Side, Side]:
-    import torch
-    import torch.nn.functional as F
-
-    from reference_impl.kernels import micro_attention
-    from repro.attention.bench import MODEL_HEADS, AttentionBenchPoint, contiguous_kv, kv_bytes, paged_inputs
-
     # GQA heads: SDPA's grouped path moves memory like ours, so their ratio holds under a neighbour's load
     model, ctx, batch, calls = ("llama2-70b", 1024, 4, 8) if size == "ci" else ("llama2-70b", 8192, 8, 2)
     hq, hkv, d = MODEL_HEADS[model]
@@ -79,11 +90,6 @@ def attention(size: str) -> tuple[Side, Side]:
 
 
 def engine_decode(size: str) -> tuple[Side, Side]:
-    import numpy as np
-
-    from reference_impl.model.llama import TINY, random_model
-    from repro.benchmarks.engine import prefilled_engine
-
     batch, prompt_len, num_steps = (8, 32, 24) if size == "ci" else (32, 64, 96)
     model = random_model(TINY, 0)
     tokens = batch * (num_steps - 1)
@@ -98,8 +104,7 @@ def engine_decode(size: str) -> tuple[Side, Side]:
 def hf_llama_decode(config, batch: int, prompt_len: int, num_steps: int):
     """(prepare, run) of a plain greedy decode loop over transformers' LlamaForCausalLM of `config`'s shape:
     prepare prefills the prompts, run decodes num_steps - 1 tokens with its KV cache."""
-    import torch
-    import transformers
+    import transformers  # the test extra's, not a dependency: only this case needs it
 
     hf_config = transformers.LlamaConfig(
         vocab_size=config.vocab_size, hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
@@ -124,11 +129,6 @@ def hf_llama_decode(config, batch: int, prompt_len: int, num_steps: int):
 
 
 def sim_events(size: str) -> tuple[Side, Side]:
-    from reference_impl.sim.simulator import simulate
-    from reference_impl.systems.registry import cluster, system_config
-    from workloads import generate
-    from workloads.generate import SourceOptions
-
     num_requests, num_events = (100, 150_000) if size == "ci" else (600, 900_000)
     config = system_config("infinite-llm", cluster("llama2-7b", "A100-80GB-SXM", 4))
     requests = generate(trace_id=0, num_requests=num_requests, rate_per_s=20.0, seed=0,
@@ -161,14 +161,6 @@ def gmanager_round(num_instances: int) -> Callable[[str], tuple[Side, Side]]:
 def loaded_engine(num_instances: int, load: int = 1):
     """A simulated cluster of LLaMA2-7B instances with long (trace 8) and short (trace 0) requests added and
     one step run, so the gManager has debtors, creditors and moves to plan; `load` multiplies the requests."""
-    from reference_impl.control.sequence import Sequence
-    from reference_impl.serving.records import RequestRecord
-    from reference_impl.sim.backend import SimBackend, build_engine
-    from reference_impl.sim.events import PromptIds
-    from reference_impl.systems.registry import cluster
-    from workloads import generate
-    from workloads.generate import SourceOptions
-
     fitted = SourceOptions(source="fitted")
     scale = load * num_instances / 32
     requests = generate(trace_id=8, num_requests=max(6, int(6 * scale)), rate_per_s=1.0, seed=0, options=fitted)

@@ -31,6 +31,7 @@ import numpy as np
 
 from repro.serving.tasks import PointTask, RequestSpec, nominal_rate_per_s
 from repro.serving.plateau import Climb, climb_to_plateau, max_tput_tok_s, plateau_record
+from repro.serving.sweep import in_process
 from reference_impl.sim.config import SimConfig
 
 KEEPS_UP = 0.8
@@ -120,7 +121,6 @@ def run_curves(groups: list[CurveGroup], seeds: tuple[int, ...], log, sweep=None
     """The group records (serving.schema.json `group`) of `groups`, each with every system at every rate and
     seed; saturation is searched on the first seed. `sweep` (repro/serving/sweep.py; None: this process) runs the
     points, all groups at once."""
-    from repro.serving.sweep import in_process
     sweep = sweep or in_process(log)
     return sweep.run(curves(groups, seeds, sweep))
 

@@ -11,6 +11,11 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
+import reference_impl
+import repro
+import workloads
+from reference_impl.errors import InputError
+
 MAX_RETRIES = 5  # runs of a Ray task after its worker or node died
 SLOTS_REFRESH_S = 5.0  # a Ray cluster's CPUs are read again this often (nodes come and go)
 LOCAL = "local"
@@ -90,11 +95,7 @@ def connect(address: str, workers: int) -> bool:
     numpy and ray."""
     import ray
 
-    import reference_impl
-    import repro
-    import workloads
     from reference_impl.backends.ray.cluster import RayConfig, check_reachable, init_ray, ray_prints_to_stderr
-    from reference_impl.errors import InputError
     if ray.is_initialized():
         return False
     if address == LOCAL:

@@ -21,6 +21,10 @@ import json
 import sys
 from pathlib import Path
 
+from reference_impl.calibration import coefficients
+from reference_impl.sim.config import as_simulated
+from reference_impl.systems.registry import system_config
+
 ROOT = Path(__file__).resolve().parents[2]
 SIM_SOURCES = ("reference_impl", "workloads", "repro/serving/tasks.py")
 NOT_SIMULATED = ("reference_impl/backends", "reference_impl/kernels")
@@ -83,8 +87,7 @@ def _file_sha256(path: str, mtime_ns: int, size: int) -> str:
 
 
 def calibration_sha256(config) -> str:
-    from reference_impl.calibration.coefficients import DEFAULT_PATH
-    return file_sha256(config.coefficients_path or DEFAULT_PATH)
+    return file_sha256(config.coefficients_path or coefficients.DEFAULT_PATH)
 
 
 def requests_sha256(requests) -> str:
@@ -112,8 +115,6 @@ def runner_key(runner) -> dict | None:
 
 def point_fields(task, requests_sha: str) -> dict:
     """Everything `task`'s point depends on (module docstring); Unkeyable where it cannot be named."""
-    from reference_impl.sim.config import as_simulated
-    from reference_impl.systems.registry import system_config
     if task.base is None:
         raise Unkeyable("a task without a cluster config")
     config = as_simulated(system_config(task.system, task.base))

@@ -21,7 +21,10 @@ from repro.framework.params import Param, fraction, int_list
 from repro.load import load_1m
 from repro.serving.tasks import workload
 from repro.serving.curves import CurveGroup, run_curves
+from reference_impl.errors import InputError
+from reference_impl.serving.points import ServingPoint
 from reference_impl.sim.config import SimConfig, sim_engine
+from workloads.scaling import max_tokens_for, scale_factor, scale_requests
 
 QUICK = dict(requests=40, max_instances=2, seeds=1, traces=(1,))
 FULL = dict(requests=120, max_instances=2, seeds=3, traces=(1,))
@@ -53,7 +56,6 @@ class RayPoint:
 
     def __call__(self, task) -> dict:
         from reference_impl.backends.ray.serving import engine_config, instance_stats
-        from reference_impl.serving.points import ServingPoint
 
         num_instances, blocks, block_size, max_batch = self.shape
         config = engine_config(task.system, num_instances, blocks, block_size, max_batch_size=max_batch,
@@ -67,19 +69,15 @@ class RayPoint:
 
 def _requests(trace_id: int, num_requests: int, source: str, factor: float, max_tokens: int, rate_per_s: float,
               seed: int):
-    from workloads.scaling import scale_requests
-
     return scale_requests(workload(trace_id=trace_id, num_requests=num_requests, rate_per_s=rate_per_s, seed=seed,
                                    source=source), factor, max_tokens)
 
 
 def run_on_ray(params, log, groups: list[dict]) -> dict:
     """Data in serving.schema.json's shape for the given groups of an experiment (those of `ray_traces`)."""
-    from reference_impl.backends.ray import RayConfig, init_ray
+    from reference_impl.backends.ray import RayConfig, init_ray  # ray and torch: the simulated points' nodes lack them
     from reference_impl.backends.ray.serving import RayServer
-    from reference_impl.errors import InputError
     from reference_impl.model.resolve import resolve_model
-    from workloads.scaling import max_tokens_for, scale_factor
 
     size = QUICK if params.quick else FULL
     extra = params.extra

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from repro.serving.sweep import in_process
+
 PLATEAU_TOL = 0.05
 PLATEAU_GROWTH = 2.0
 # Past about 8x the grid's top the points are near-bursts whose medians over 3 seeds still move by 10-20% from one
@@ -61,7 +63,6 @@ class Climb:
 def extend_to_plateau(climbs: list[Climb], log, sweep=None, max_extensions: int = MAX_EXTENSIONS) -> None:
     """Extend every climb whose curve has not reached its plateau (module docstring), all at once, each at most
     `max_extensions` times; `sweep` (repro/serving/sweep.py; None: this process) runs the points."""
-    from repro.serving.sweep import in_process
     sweep = sweep or in_process(log)
     sweep.run(climbs_to_plateau(climbs, sweep, max_extensions))
 

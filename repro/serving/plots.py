@@ -4,6 +4,7 @@ import math
 import numpy as np
 
 from repro.framework.figures import new_figure, plt, save
+from repro.serving.curves import ratio_text
 
 PALETTE = {"infinite-llm": "tab:blue", "vllm-m": "tab:green", "vllm-s": "tab:red"}
 
@@ -25,8 +26,6 @@ def plot_curves(groups: list[dict], figures_dir: str, name: str, key: str) -> li
     """One figure per panel value: mean normalised latency (s/token) against steady-state output throughput,
     per system, up to the rates that reached its plateau (repro/serving/plateau.py); markers are seed means, bars the
     seeds' min-max in both directions, the dashed line the plateau (max throughput) of each system."""
-    from repro.serving.curves import ratio_text
-
     written = []
     for panel in sorted({g["panel"] for g in groups}):
         chosen = [g for g in groups if g["panel"] == panel]

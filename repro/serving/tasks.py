@@ -4,7 +4,7 @@ which are already done: repro/serving/sweep.py. The curve method (saturation sea
 is in curves.py; the summary and point record are reference_impl/serving/'s, for every backend."""
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -13,6 +13,8 @@ from reference_impl.serving.points import ServingPoint
 from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
 from reference_impl.sim.simulator import simulate
 from reference_impl.systems.registry import system_config
+from repro.framework.params import parse_params
+from repro.serving.keys import requests_sha256
 from workloads import generate
 from workloads.generate import SourceOptions
 
@@ -97,9 +99,6 @@ def run_job(job: tuple) -> dict:
     """Where a point runs: (task, sha256 of its requests or None) -> {"point", "cpu_s": this process's CPU seconds
     for it}; the requests are built here and checked against the driver's hash (a node with other code or data
     fails the point instead of its numbers)."""
-    from dataclasses import replace
-
-    from repro.serving.keys import requests_sha256
     start = time.process_time()
     task, want_sha = job
     requests = requests_of(task.requests)
@@ -137,9 +136,6 @@ def log_point(log, task: PointTask, p: dict, where: str | None = None) -> None:
 def typed(name: str, declared: tuple, params):
     """`params` with its --param values typed and defaulted (run_and_save does this already; a direct call of
     an experiment's run with raw strings gets the same values)."""
-    from dataclasses import replace
-
-    from repro.framework.params import parse_params
     return replace(params, extra=parse_params(name, declared, params.extra, params.backend))
 
 

@@ -2,14 +2,14 @@
 import numpy as np
 import torch
 
+from reference_impl.kernels.equivalence import equivalence, make_case, split_and_merge
+from repro.attention.bench import run_attention_bench
+from repro.attention.cli import LAYOUTS
+
 SEED = 0
 
 
 def run(size, device: torch.device) -> dict:
-    from reference_impl.kernels.equivalence import equivalence, make_case, split_and_merge
-    from repro.attention.bench import run_attention_bench
-    from repro.attention.cli import LAYOUTS
-
     rows = []
     for backend, dtype, layout in size.check_cases:
         case = make_case(size.check_lengths, *LAYOUTS[layout], size.check_head_dim, 16, getattr(torch, dtype), SEED,

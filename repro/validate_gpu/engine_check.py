@@ -7,6 +7,11 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
+from reference_impl.backends.local import generate
+from reference_impl.control.engine import EngineConfig
+from reference_impl.control.sequence import num_blocks_for
+from reference_impl.model.llama import load_model
+
 SEED = 0
 
 
@@ -29,12 +34,7 @@ def remote_fraction(engine) -> float:
 
 def run(size, device: torch.device) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import transformers
-
-    from reference_impl.backends.local import generate
-    from reference_impl.control.engine import EngineConfig
-    from reference_impl.model.llama import load_model
-    from reference_impl.control.sequence import num_blocks_for
+    import transformers  # after the line above: the hub reads it when it is imported
 
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 on both sides: tokens are compared exactly
     torch.backends.cudnn.allow_tf32 = False

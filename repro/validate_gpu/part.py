@@ -7,16 +7,16 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
+from repro.validate_gpu.sizes import SIZES
+
 MODULES = {"attention": "attention", "engine": "engine_check", "steps": "steps", "pooling": "pooling",
            "serving": "serving"}
 
 
 def main(argv: list[str]) -> int:
     name, size_name, device_name, out = argv
-    import torch
-
-    from repro.validate_gpu.sizes import SIZES
-
     device = torch.device(device_name)
     if device.type == "cpu":
         torch.set_num_threads(1)  # a shared 2-core machine: one thread keeps timings steady

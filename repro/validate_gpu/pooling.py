@@ -7,6 +7,11 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
+from reference_impl.backends.local import LocalBackend, generate
+from reference_impl.control.engine import EngineConfig
+from reference_impl.control.rblock import DEVICE, RBlock
+from reference_impl.control.sequence import num_blocks_for
+from reference_impl.model.llama import ModelConfig, random_model
 from repro.validate_gpu.engine_check import remote_fraction
 from repro.validate_gpu.steps import on_instance, sequences, timed_step_s
 
@@ -14,12 +19,6 @@ SEED = 0
 
 
 def run(size, device: torch.device) -> dict:
-    from reference_impl.backends.local import LocalBackend, generate
-    from reference_impl.control.engine import EngineConfig
-    from reference_impl.model.llama import ModelConfig, random_model
-    from reference_impl.control.rblock import DEVICE, RBlock
-    from reference_impl.control.sequence import num_blocks_for
-
     torch.backends.cuda.matmul.allow_tf32 = False
     config = ModelConfig(**asdict(size.shape))
     model = random_model(config, SEED, getattr(torch, size.dtype), device)

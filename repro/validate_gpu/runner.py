@@ -8,8 +8,10 @@ import platform
 import subprocess
 import sys
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from repro.validate_gpu.report import draw_figure, summary_markdown
 from repro.validate_gpu.sizes import DEADLINE_ENV, PARTS, Sizes
 
 FORMAT = "validate-gpu/1"
@@ -23,8 +25,6 @@ def missing_packages() -> list[str]:
 
 
 def _versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
     out = {"python": platform.python_version()}
     for name in ("torch", "triton", "transformers", "numpy"):
         try:
@@ -67,8 +67,6 @@ def run_part(name: str, sizes: Sizes, device: str, folder: Path) -> dict:
 
 
 def run_all(out: Path, sizes: Sizes, device: str, parts=PARTS, echo=print) -> dict:
-    from repro.validate_gpu.report import draw_figure, summary_markdown
-
     folder = out / "parts"
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()

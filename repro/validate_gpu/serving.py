@@ -11,7 +11,19 @@ from pathlib import Path
 
 import torch
 
+from reference_impl.backends.local import serve
+from reference_impl.calibration.specs import model_spec
+from reference_impl.control.engine import EngineConfig
+from reference_impl.control.sequence import num_blocks_for
+from reference_impl.model.llama import random_model
+from reference_impl.profiling.step_overhead import engine_model_config
+from reference_impl.sim.config import SimConfig, sim_engine
+from reference_impl.sim.simulator import simulate
+from repro.experiments.sim_vs_real.calibration import calibrate
+from repro.experiments.sim_vs_real.points import run_summary
+from repro.serving.tasks import workload
 from repro.validate_gpu.sizes import COMMITTED_GPU, COMMITTED_MODEL, DEADLINE_ENV
+from workloads.scaling import scale_to_longest
 
 SEED = 0
 BLOCK_SIZE = 16
@@ -41,19 +53,6 @@ def rates_in_time(sat_rate: float, makespan_s: float, multipliers, until: float,
 
 
 def run(size, device: torch.device) -> dict:
-    from reference_impl.backends.local import serve
-    from reference_impl.profiling.step_overhead import engine_model_config
-    from reference_impl.calibration.specs import model_spec
-    from reference_impl.control.engine import EngineConfig
-    from reference_impl.model.llama import random_model
-    from reference_impl.control.sequence import num_blocks_for
-    from reference_impl.sim.config import SimConfig, sim_engine
-    from reference_impl.sim.simulator import simulate
-    from repro.serving.tasks import workload
-    from repro.experiments.sim_vs_real.calibration import calibrate
-    from repro.experiments.sim_vs_real.points import run_summary
-    from workloads.scaling import scale_to_longest
-
     spec = model_spec(size.model)
     dtype = getattr(torch, size.dtype)
     model = random_model(engine_model_config(spec), SEED, dtype, device)

@@ -10,6 +10,16 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from reference_impl.backends.local import LocalBackend
+from reference_impl.calibration.model import CalibratedPerfModel
+from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
+from reference_impl.calibration.specs import model_spec
+from reference_impl.control.engine import EngineConfig
+from reference_impl.control.rblock import DEVICE, RBlock
+from reference_impl.control.sequence import Sequence, num_blocks_for
+from reference_impl.model.llama import random_model
+from reference_impl.profiling.step_overhead import engine_model_config
+from repro.benchmarks.timing import peak_bandwidth_gb_s
 from repro.validate_gpu.sizes import COMMITTED_GPU, COMMITTED_MODEL
 
 SEED = 0
@@ -80,14 +90,10 @@ def attention_time_s(backend, seqs, tables, reps: int = 3) -> float:
 
 def on_instance(addresses: list[int], inst_id: int = 0):
     """A request's rBlocks at `addresses` of one instance's device tier."""
-    from reference_impl.control.rblock import DEVICE, RBlock
-
     return [RBlock(i, inst_id, DEVICE, a) for i, a in enumerate(addresses)]
 
 
 def sequences(batch: int, tokens: int, vocab: int, rng, decode: bool):
-    from reference_impl.control.sequence import Sequence
-
     seqs = []
     for i in range(batch):
         ids = rng.integers(0, vocab, tokens).tolist()
@@ -108,16 +114,6 @@ def decode_grid(batches, contexts, capacity_tokens: int):
 
 
 def run(size, device: torch.device) -> dict:
-    from reference_impl.backends.local import LocalBackend
-    from reference_impl.calibration.model import CalibratedPerfModel
-    from reference_impl.profiling.step_overhead import engine_model_config
-    from reference_impl.calibration.specs import model_spec
-    from reference_impl.control.engine import EngineConfig
-    from reference_impl.model.llama import random_model
-    from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
-    from reference_impl.control.sequence import num_blocks_for
-    from repro.benchmarks.timing import peak_bandwidth_gb_s
-
     spec = model_spec(size.model)
     config = engine_model_config(spec, size.num_layers)
     dtype = getattr(torch, size.dtype)
