@@ -8,8 +8,9 @@ and the 2xTP4 DistAttention vs TP8 breakdown at 300K-600K (repro/attention/cost_
 import pandas as pd
 
 from repro.attention.cost_model import AttentionCostModel, total_s
+from repro.attention.measure import measure
 from repro.framework.base import ClaimRow, Experiment, default_run_id
-from repro.framework.figures import main_result, new_figure, save
+from repro.framework.figures import main_result, new_figure, save, sns
 from repro.framework.params import Param, positive_int, positive_int_list
 
 WORLD = 4
@@ -42,8 +43,6 @@ def modelled(contexts=MODEL_CONTEXTS, breakdown_contexts=BREAKDOWN_CONTEXTS) -> 
 
 
 def run(params, log) -> dict:
-    from repro.attention.measure import measure
-
     contexts, iters = MEASURED[params.quick]
     contexts = list(params.extra.get("contexts") or contexts)
     iters = params.extra.get("iters") or iters
@@ -91,8 +90,6 @@ def claims(results: list[dict]) -> list[ClaimRow]:
 
 
 def plot(results: list[dict], figures_dir: str) -> list[str]:
-    import seaborn as sns
-
     data = main_result(results)["data"]
     fig, (ax_model, ax_meas) = new_figure(2)
     for ax, rows, title in ((ax_model, data["a100_model"], "4x A100 NVLink (calibrated model)"),

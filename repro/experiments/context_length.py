@@ -8,14 +8,17 @@ t=0 with the context as prompt minus OUTPUT_LEN; throughput is the sum of the re
 """
 from functools import partial
 
+import pandas as pd
+
 from reference_impl.calibration.links import DEFAULT_LINK
 from reference_impl.serving.records import tpot_s
 from reference_impl.sim.config import blocks_per_instance, sim_engine, with_engine
 from reference_impl.sim.simulator import simulate
 from reference_impl.systems.registry import cluster, system_config
 from repro.framework.base import ClaimRow, Experiment, default_run_id
-from repro.framework.figures import main_result
+from repro.framework.figures import main_result, plt, save, sns
 from repro.framework.params import LINK_HELP, Param, link
+from repro.serving.plots import PALETTE
 from repro.serving.sweep import open_sweep, sweep_params
 from repro.serving.tasks import typed
 from workloads.request import Request
@@ -115,11 +118,6 @@ def claims(results) -> list[ClaimRow]:
 
 
 def plot(results, figures_dir) -> list[str]:
-    import pandas as pd
-
-    from repro.framework.figures import plt, save, sns
-    from repro.serving.plots import PALETTE
-
     settings = main_result(results)["data"]["settings"]
     fig, axes = plt.subplots(1, len(settings), figsize=(3.0 * len(settings), 2.8), squeeze=False)
     for ax, row in zip(axes[0], settings):

@@ -15,12 +15,13 @@ MicroAttention serves.
 from functools import partial
 
 import numpy as np
+import pandas as pd
 
 from reference_impl.control.dgfm import count_cycles, debt_graph
 from reference_impl.sim.config import SimConfig, blocks_per_instance, sim_engine, with_engine
 from reference_impl.sim.simulator import simulate
 from repro.framework.base import ClaimRow, Experiment, default_run_id
-from repro.framework.figures import main_result, new_figure, save
+from repro.framework.figures import main_result, new_figure, save, sns
 from repro.framework.params import Param, positive_float, positive_int
 from repro.serving.sweep import open_sweep, sweep_params
 from repro.serving.tasks import typed
@@ -148,10 +149,6 @@ def claims(results) -> list[ClaimRow]:
 
 
 def plot(results, figures_dir) -> list[str]:
-    import pandas as pd
-
-    from repro.framework.figures import sns
-
     data = main_result(results)["data"]
     bins = pd.DataFrame([{"arm": a["arm"], "seed": a["seed"], **b} for a in data["arms"] for b in a["bins"]])
     rounds = pd.DataFrame([{"arm": a["arm"], "seed": a["seed"], **r} for a in data["arms"] for r in a["rounds"]])

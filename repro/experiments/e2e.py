@@ -16,7 +16,8 @@ from repro.framework.params import LINK_HELP, Param, fraction, int_list, link
 from repro.serving.sweep import open_sweep, sweep_params
 from repro.serving.tasks import typed, workload
 from repro.serving.curves import LONG_PROBE_FRACTION, CurveGroup, curves
-from repro.serving.on_ray import RAY_PARAMS
+from repro.serving.claims import claim_note
+from repro.serving.on_ray import RAY_PARAMS, run_on_ray
 from reference_impl.calibration.links import DEFAULT_LINK
 from reference_impl.sim.config import sim_engine
 from reference_impl.systems.registry import cluster
@@ -92,7 +93,6 @@ def seeds_of(params) -> tuple[int, ...]:
 def run(params, log) -> dict:
     params = typed("e2e", PARAMS, params)
     if params.backend == "ray":  # served for real by Ray actors: repro/serving/on_ray.py
-        from repro.serving.on_ray import run_on_ray
         return run_on_ray(params, log, list(groups(FULL)))  # its own sizes and traces (ray_traces)
     if params.backend == "vllm":  # real vLLM-M vs our local engine at CPU scale: baselines/real_vllm/e2e.py
         from baselines.real_vllm.e2e import run as run_real
@@ -108,8 +108,7 @@ PAPER = {"10a": ("e2e-vs-vllm-m", "1.35x-1.73x", 1.35, 1.73), "10b": ("e2e-vs-vl
 
 
 def claims(results) -> list[ClaimRow]:
-    from repro.framework.figures import main_result
-    from repro.serving.claims import claim_note
+    from repro.framework.figures import main_result  # not at the top: the points' nodes need only numpy and ray
     result = main_result(_not_vllm(results))
     rows = []
     for g in result["data"]["groups"]:

@@ -10,6 +10,8 @@ from functools import partial
 from repro.framework.base import ClaimRow, Experiment, default_run_id
 from repro.framework.figures import main_result
 from repro.framework.params import LINK_HELP, Param, fraction, int_list, link
+from repro.serving.claims import claim_note
+from repro.serving.plots import plot_curves
 from repro.serving.sweep import open_sweep, sweep_params
 from repro.serving.tasks import typed, workload
 from repro.serving.curves import LONG_PROBE_FRACTION, CurveGroup, curves
@@ -61,7 +63,6 @@ def run(params, log) -> dict:
 
 
 def claims(results) -> list[ClaimRow]:
-    from repro.serving.claims import claim_note
     result = main_result(results)
     rows = []
     for g in result["data"]["groups"]:
@@ -74,7 +75,6 @@ def claims(results) -> list[ClaimRow]:
 
 
 def plot(results, figures_dir) -> list[str]:
-    from repro.serving.plots import plot_curves
     return plot_curves(main_result(results)["data"]["groups"], figures_dir, "distkv-llm-fig", "dataset")
 
 

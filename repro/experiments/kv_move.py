@@ -10,13 +10,19 @@ engine's own move path copies the chunk each step. Time per step from the engine
 import statistics
 import time
 
+import numpy as np
 import pandas as pd
+import torch
 
+from reference_impl.backends.local import LocalBackend
 from reference_impl.calibration import CalibratedPerfModel
 from reference_impl.calibration.links import INTER_NODE, INTRA_NODE
 from reference_impl.calibration.perf_model import InstanceLoad, step_time_s
+from reference_impl.control.engine import Engine, EngineConfig
+from reference_impl.control.sequence import Sequence
+from reference_impl.model.llama import ModelConfig, random_model
 from repro.framework.base import ClaimRow, Experiment, default_run_id
-from repro.framework.figures import main_result, new_figure, save
+from repro.framework.figures import main_result, new_figure, save, sns
 from repro.framework.params import Param, positive_int
 
 MOVE_TOKENS = [0, 8, 16, 32, 64]
@@ -43,14 +49,6 @@ def measure_local(batch_size: int, prompt_len: int, steps_per_setting: int, seed
     """Median decode step time of the local engine per tokens-moved setting. The settings take turns
     step by step in one run, and a step's time is this process's CPU time on one thread, so other work
     on a shared machine does not count."""
-    import numpy as np
-    import torch
-
-    from reference_impl.backends.local import LocalBackend
-    from reference_impl.control.engine import Engine, EngineConfig
-    from reference_impl.model.llama import ModelConfig, random_model
-    from reference_impl.control.sequence import Sequence
-
     block = 8
     new_tokens = steps_per_setting * len(MOVE_TOKENS) + 1
     blocks = batch_size * (prompt_len + new_tokens) // block + batch_size
@@ -111,8 +109,6 @@ def claims(results: list[dict]) -> list[ClaimRow]:
 
 
 def plot(results: list[dict], figures_dir: str) -> list[str]:
-    import seaborn as sns
-
     data = main_result(results)["data"]
     fig, (ax, ax_local) = new_figure(2)
     sns.lineplot(pd.DataFrame(data["a100_model"]), x="move_tokens", y="throughput_tok_s", hue="link", marker="o", ax=ax)

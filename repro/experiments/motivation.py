@@ -13,7 +13,7 @@ from reference_impl.calibration import CalibratedPerfModel
 from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.calibration.perf_model import InstanceLoad, step_time_s
 from repro.framework.base import ClaimRow, Experiment, default_run_id
-from repro.framework.figures import main_result, new_figure, save
+from repro.framework.figures import main_result, new_figure, save, sns
 
 GPU, MODEL = "A100-80GB-SXM", "llama2-7b"
 MAX_BATCH = 256  # vLLM's default max_num_seqs
@@ -95,8 +95,6 @@ def claims(results: list[dict]) -> list[ClaimRow]:
 
 
 def plot(results: list[dict], figures_dir: str) -> list[str]:
-    import seaborn as sns
-
     data = main_result(results)["data"]
     st = pd.DataFrame(data["static"])
     fig, (ax,) = new_figure(1, width_in=5.5)

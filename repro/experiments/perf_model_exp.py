@@ -8,6 +8,8 @@ For each k, k of the long request's blocks move to the creditor, then:
 - model: Algorithm 1's own objective (Eq. 5-7 on the gManager's views, with projected admissions);
 - simulated: the engine's scheduler admits what fits, and the sim backend times DECODE_STEPS decode steps.
 """
+import pandas as pd
+
 from reference_impl.control.algorithm1 import after_move, instance_tps
 from reference_impl.errors import InputError
 from reference_impl.calibration.links import DEFAULT_LINK
@@ -17,7 +19,7 @@ from reference_impl.sim.backend import SimBackend, build_engine
 from reference_impl.sim.config import SimConfig, blocks_per_instance, sim_engine
 from reference_impl.sim.events import PromptIds
 from repro.framework.base import ClaimRow, Experiment, default_run_id
-from repro.framework.figures import main_result
+from repro.framework.figures import main_result, new_figure, save, sns
 from repro.framework.params import LINK_HELP, Param, link, positive_int
 
 SHORT_LEN = 500
@@ -128,10 +130,6 @@ def claims(results) -> list[ClaimRow]:
 
 
 def plot(results, figures_dir) -> list[str]:
-    import pandas as pd
-
-    from repro.framework.figures import new_figure, save, sns
-
     data = main_result(results)["data"]
     frames = []
     for source in ("modelled", "simulated"):

@@ -17,7 +17,7 @@ from repro.attention.cost_model import AttentionCostModel
 from repro.attention.dist import pack, paged, unpack
 from repro.attention.ranks import run_ranks
 from repro.framework.base import ClaimRow, Experiment, default_run_id
-from repro.framework.figures import main_result, new_figure, save
+from repro.framework.figures import main_result, new_figure, save, sns
 
 HEADS, HEAD_DIM, BLOCK = 40, 128, 16
 MODEL_TOKENS = [1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000]
@@ -110,8 +110,6 @@ def claims(results: list[dict]) -> list[ClaimRow]:
 
 
 def plot(results: list[dict], figures_dir: str) -> list[str]:
-    import seaborn as sns
-
     data = main_result(results)["data"]
     fig, (ax, ax_meas) = new_figure(2)
     model = pd.DataFrame(data["a100_model"])

@@ -11,7 +11,7 @@ import pandas as pd
 
 from repro.experiments.migration.model import MigrationComparator, MigrationSetting
 from repro.framework.base import ClaimRow, Experiment, default_run_id
-from repro.framework.figures import main_result, new_figure, save
+from repro.framework.figures import main_result, new_figure, save, sns
 from repro.framework.params import Param, boolean, link, positive_float
 
 PAPER_CASES = [(105_000, 5_000), (100_000, 10_000), (90_000, 20_000), (80_000, 30_000)]
@@ -96,7 +96,6 @@ def plot(results: list[dict], figures_dir: str) -> list[str]:
     df.set_index("case")[["compute_s", "migration_s", "communication_s"]].rename(
         columns=lambda c: c.removesuffix("_s")).plot.bar(stacked=True, ax=ax, rot=90)
     ax.set(ylabel="completion time (s)", xlabel="", title=f"LLaMA2-7B, one A100 holds {data['capacity_tokens']} tokens")
-    import seaborn as sns
     sw = pd.DataFrame(data["sweep"])
     sw["case"] = [f"({p // 1000}k,{o // 1000}k)" for p, o in zip(sw.prompt, sw.output)]
     sns.lineplot(sw, x="object_store_gb_s", y="vllm_over_infinite", hue="case", marker="o", ax=ax_sweep)

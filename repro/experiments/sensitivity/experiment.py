@@ -37,6 +37,7 @@ import numpy as np
 
 from repro.framework.base import ClaimRow, Experiment, RunParams, default_run_id
 from repro.experiments.e2e import GPU, PAPER, curve_groups, sizes
+from repro.experiments.sensitivity.plot import plot_sensitivity
 from repro.framework.figures import main_result
 from repro.framework.params import Param, int_list
 from repro.serving.sweep import open_sweep, sweep_params
@@ -45,6 +46,7 @@ from repro.serving.curves import CurveGroup, find_saturation, probe_spec
 from repro.serving.plateau import Climb, climbs_to_plateau, max_tput_tok_s, reaches_plateau
 from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.errors import InputError
+from reference_impl.sim import config as sim_config
 from reference_impl.calibration.links import DEFAULT_LINK, INTER_NODE, INTRA_NODE
 from reference_impl.sim.config import SIM_ENGINE, as_simulated, engine_costs, with_engine
 from reference_impl.systems.registry import system_config
@@ -81,7 +83,6 @@ PARAMS = (
 def point_with_prefill(prefill_flops_per_s: float, task) -> dict:
     """run_point with another prefill attention rate: the cached cost model of the system's instances is
     swapped for one with that rate for this point (the calibration file is not touched)."""
-    from reference_impl.sim import config as sim_config
     cfg = system_config(task.system, task.base)
     model = sim_config.perf_model(cfg)
     key = (cfg.model, cfg.gpu, cfg.tp, cfg.pp, str(cfg.link), None, None)  # sim/config.py's cache key
@@ -316,7 +317,6 @@ def _largest_moves(data: list[dict], panel: str, claim_id: str, paper: str, low:
 
 
 def plot(results, figures_dir) -> list[str]:
-    from repro.experiments.sensitivity.plot import plot_sensitivity
     return plot_sensitivity(main_result(results)["data"], figures_dir)
 
 

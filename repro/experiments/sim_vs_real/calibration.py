@@ -4,6 +4,10 @@ import json
 from pathlib import Path
 
 from reference_impl.calibration.coefficients import dumps
+from reference_impl.calibration.engine_costs import engine_cost_field
+from reference_impl.calibration.engine_steps import fit_engine_steps
+from reference_impl.profiling.link import add_link, measure_link
+from reference_impl.profiling.local import ProfilePlan, profile
 
 # The step overhead is measured at every batch to 6 and more sparsely above: on a CPU the LM head's matrix product
 # takes twice as long from 4 rows as at 3 (the BLAS changes kernel), which a line through 1, 4 and 32 misses
@@ -23,8 +27,6 @@ def context_tokens(requests) -> int:
 def calibrate(spec, device, dtype, seed: int, requests, max_batch: int, clock: str, quick: bool, folder: Path,
               repeat: int) -> Path:
     """`repro profile` of this machine with a plan covering the workload; the file the simulator reads."""
-    from reference_impl.profiling.local import ProfilePlan, profile
-
     prompts = sorted(r.prompt_len for r in requests)
     total = sum(prompts)
     more = () if quick else (2, 8, 32, 64, 128, 256, 512)
@@ -58,8 +60,6 @@ def calibration_record(path: Path, load: float) -> dict:
 def add_measured_link(path: Path) -> dict:
     """Measure the gloo link between two processes here and add it to the calibration at `path` (the simulator
     reads it as link `links.GLOO`); returns one-way seconds by message bytes."""
-    from reference_impl.profiling.link import add_link, measure_link
-
     sizes, times_s = measure_link()
     path.write_text(dumps(add_link(json.loads(path.read_text()), sizes, times_s, "gloo ping-pong on this machine")))
     return dict(zip(map(str, sizes), times_s))
@@ -68,8 +68,6 @@ def add_measured_link(path: Path) -> dict:
 def add_engine_costs(path: Path, model: str, costs: dict[str, float], source: str) -> None:
     """Add what the Ray engine of this machine measured (EngineCosts' fields: served_step_s, served_cpu_s,
     peer_call_s, co_run_slowdown) to the calibration at `path`."""
-    from reference_impl.calibration.engine_costs import engine_cost_field
-
     doc = json.loads(path.read_text())
     (hardware,) = doc["hardware"].values()
     for key, value in costs.items():
@@ -81,8 +79,6 @@ def add_ray_steps(path: Path, model: str, steps) -> None:
     """Replace the step overhead in the calibration at `path` by the one the Ray engine's own steps show
     (`steps`: decode and prefill steps from ray_steps.RaySteps.measure); the op-level KV read rate is kept (each
     batch's decode steps are taken at one context)."""
-    from reference_impl.calibration.engine_steps import fit_engine_steps
-
     decode, prefill = steps
     doc = fit_engine_steps(json.loads(path.read_text()), CPU_HARDWARE, model, decode, prefill,
                            kv_batch=None, engine="the Ray engine (one instance, alone)",

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from reference_impl.backends.ray import RayEngine
+from reference_impl.backends.ray.serving import loop_stats
+from reference_impl.backends.ray.stats import LoopStats
 from reference_impl.control.engine import EngineConfig
 from reference_impl.control.sequence import Sequence, num_blocks_for
 
@@ -35,10 +38,6 @@ class CoRun:
 def measure_co_run(model, ray_config, num_instances: int, *, batch: int = 16, prompt_len: int = 32,
                    max_new_tokens: int = 32, block_size: int = 16, rounds: int = 3, seed: int = 0) -> CoRun:
     """Instance 0's compute time per step serving `batch` requests alone and beside the other instances."""
-    from reference_impl.backends.ray import RayEngine
-    from reference_impl.backends.ray.serving import loop_stats
-    from reference_impl.backends.ray.stats import LoopStats
-
     rng = np.random.default_rng(seed)
     prompts = [rng.integers(0, model.config.vocab_size, prompt_len).tolist() for _ in range(batch)]
     blocks = batch * num_blocks_for(prompt_len + max_new_tokens, block_size)

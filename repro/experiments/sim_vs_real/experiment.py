@@ -22,13 +22,25 @@ from pathlib import Path
 import torch
 
 from reference_impl.backends.clock import CLOCKS
+from reference_impl.backends.local import serve
+from reference_impl.calibration.specs import model_spec
+from reference_impl.control.engine import EngineConfig
+from reference_impl.control.sequence import num_blocks_for
 from reference_impl.errors import InputError
+from reference_impl.model.llama import random_model
+from reference_impl.profiling.step_overhead import engine_model_config
+from reference_impl.sim.config import SimConfig, sim_engine
+from reference_impl.sim.simulator import simulate
 from repro.framework.base import Experiment, RunParams, default_run_id
 from repro.framework.params import Param, float_list
 from repro.load import load_1m
 from repro.experiments.sim_vs_real.calibration import calibrate, calibration_record
-from repro.experiments.sim_vs_real.points import error_table, make_points, plot, run_summary
+from repro.experiments.sim_vs_real.figure import plot
+from repro.experiments.sim_vs_real.points import error_table, make_points, run_summary
+from repro.experiments.sim_vs_real.vllm_arm import run_arm, vllm_unavailable
 from repro.progress import progress
+from repro.serving.tasks import workload
+from workloads.scaling import max_tokens_for, scale_factor, scale_requests, scale_to_longest
 
 SYSTEM = "infinite-llm"  # the local engine: one instance, so no pooling partner (vLLM-M behaves the same)
 # rates as multiples of the measured saturation rate: light load to well past it (the saturation measurement moves
@@ -68,9 +80,6 @@ POOLED_BLOCK_SIZE = 8
 
 
 def _requests(trace: int, num_requests: int, rate_per_s: float, max_tokens: int, seed: int):
-    from repro.serving.tasks import workload
-    from workloads.scaling import scale_to_longest
-
     return scale_to_longest(workload(trace_id=trace, num_requests=num_requests, rate_per_s=rate_per_s, seed=seed,
                                      source="fitted"), max_tokens)
 
@@ -100,15 +109,6 @@ def device_is_cpu(device: str) -> bool:
 
 
 def run(params: RunParams, log) -> dict:
-    from reference_impl.backends.local import serve
-    from reference_impl.profiling.step_overhead import engine_model_config
-    from reference_impl.calibration.specs import model_spec
-    from reference_impl.control.engine import EngineConfig
-    from reference_impl.model.llama import random_model
-    from reference_impl.control.sequence import num_blocks_for
-    from reference_impl.sim.config import SimConfig, sim_engine
-    from reference_impl.sim.simulator import simulate
-
     size = QUICK if params.quick else FULL
     extra = params.extra
     num_requests = extra.get("num_requests", size["num_requests"])
@@ -168,8 +168,6 @@ def run(params: RunParams, log) -> dict:
                     f"{predicted.output_tok_s:.1f}; TTFT {_ms(measured.mean_ttft_s)} vs {_ms(predicted.mean_ttft_s)}"
                     f" ms; TPOT {_ms(measured.mean_tpot_s)} vs {_ms(predicted.mean_tpot_s)} ms; load {loads[-1]}")
             if vllm_status is None:
-                from repro.experiments.sim_vs_real.vllm_arm import run_arm
-
                 arm = run_arm(spec, make, rates, max_batch=max_batch, max_tokens=max_tokens, repeats=repeats,
                               threads=extra["threads"], seed=params.seed, quick=params.quick, folder=Path(tmp),
                               record=calibration_record, log=log)
@@ -215,8 +213,7 @@ def _pooled_status(mode: str, device_type: str, num_instances: int) -> str | Non
 
 
 def _run_pooled(spec, extra: dict, size: dict, repeats: int, params: RunParams, folder: Path, log) -> dict:
-    from repro.experiments.sim_vs_real.pooled import PooledSetup, run_pooled_arm
-    from workloads.scaling import max_tokens_for, scale_factor, scale_requests
+    from repro.experiments.sim_vs_real.pooled import PooledSetup, run_pooled_arm  # needs ray: checked above
 
     num_requests = extra.get("pooled_requests") or size["pooled_requests"]
     tokens, quantile = extra["instance_tokens"], extra["long_quantile"]
@@ -224,8 +221,6 @@ def _run_pooled(spec, extra: dict, size: dict, repeats: int, params: RunParams, 
     max_tokens = max_tokens_for(tokens)
 
     def make(rate: float):
-        from repro.serving.tasks import workload
-
         return scale_requests(workload(trace_id=extra["trace"], num_requests=num_requests, rate_per_s=rate,
                                        seed=params.seed, source="fitted"), factor, max_tokens)
 
@@ -243,8 +238,6 @@ def _vllm_status(mode: str, device_type: str) -> str | None:
         return "skipped: --param vllm=off"
     if device_type != "cpu":
         return f"skipped: the vLLM arm runs vLLM's CPU build only (the engine runs on {device_type})"
-    from repro.experiments.sim_vs_real.vllm_arm import vllm_unavailable
-
     why = vllm_unavailable()
     return None if why is None else f"skipped: {why}"
 

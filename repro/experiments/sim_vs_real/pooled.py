@@ -22,12 +22,24 @@ time), which the simulator applies to a step by the share of the others computin
 shared machine the wall-clock runs are slower than a CPU-time calibration predicts by what the load takes: the load
 average is kept before and after every run.
 """
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import ray
+import torch
 
+from reference_impl.backends.ray import RayConfig, init_ray
+from reference_impl.backends.ray.serving import RayServer, engine_config, instance_stats
+from reference_impl.calibration.links import GLOO
+from reference_impl.calibration.model import CalibratedPerfModel
+from reference_impl.control.gmanager import GManagerConfig
+from reference_impl.model.llama import random_model
+from reference_impl.profiling.step_overhead import engine_model_config
 from reference_impl.serving.records import REJECTED
+from reference_impl.sim.config import SimConfig
+from reference_impl.sim.simulator import simulate
+from reference_impl.systems.registry import system_config
 from repro.load import load_1m
 from repro.progress import progress
 from repro.experiments.sim_vs_real.calibration import (CPU_HARDWARE, add_engine_costs, add_measured_link, add_ray_steps,
@@ -70,11 +82,6 @@ def sim_config(engine, gm_config, setup: PooledSetup, model: str, coefficients_p
     """The simulated cluster of the real one: the engine's config with the gManager's knobs, its rBlocks per
     instance and round interval, this machine's calibration (`gpu` = CPU_HARDWARE, the name `repro profile` gives
     it) and its gloo link."""
-    from dataclasses import replace
-
-    from reference_impl.calibration.links import GLOO
-    from reference_impl.sim.config import SimConfig
-
     return SimConfig(model=model, gpu=CPU_HARDWARE, link=GLOO, gmanager_interval_s=setup.gmanager_interval_s,
                      num_blocks=engine.blocks_per_instance, coefficients_path=str(coefficients_path),
                      engine=replace(engine, gmanager=gm_config))
@@ -99,19 +106,6 @@ def _max_tput_ratio(points: list[dict], side: str) -> float | None:
 def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repeats: int, seed: int, quick: bool,
                    folder: Path, log, rates=None) -> dict:
     """Measured and simulated runs of both systems at every rate; `make_requests(rate)` gives the workload."""
-    import ray
-    import torch
-
-    from reference_impl.backends.ray import RayConfig, init_ray
-    from reference_impl.backends.ray.serving import RayServer, engine_config, instance_stats
-    from reference_impl.calibration.model import CalibratedPerfModel
-    from reference_impl.control.gmanager import GManagerConfig
-    from reference_impl.calibration.links import GLOO
-    from reference_impl.profiling.step_overhead import engine_model_config
-    from reference_impl.sim.simulator import simulate
-    from reference_impl.model.llama import random_model
-    from reference_impl.systems.registry import system_config
-
     model = random_model(engine_model_config(spec), seed, torch.float32)
     threads_before = torch.get_num_threads()
     # a core per instance, and both systems' engines stay warm (one serves at a time, the others held), beside the

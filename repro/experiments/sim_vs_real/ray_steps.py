@@ -11,6 +11,8 @@ tokens, once generating one token (the run is a prefill step of `batch` prompts)
 costs its core, not the wait for one (the co-run term covers that)."""
 import numpy as np
 
+from reference_impl.backends.ray import RayEngine
+from reference_impl.backends.ray.serving import loop_stats
 from reference_impl.calibration.engine_steps import DecodeStep, PrefillStep
 from reference_impl.control.engine import EngineConfig
 from reference_impl.control.sequence import Sequence, num_blocks_for
@@ -22,8 +24,6 @@ class RaySteps:
 
     def __init__(self, model, ray_config, *, max_batch: int, prompt_len: int, decode: int, block_size: int,
                  seed: int = 0):
-        from reference_impl.backends.ray import RayEngine
-
         self.prompt_len, self.decode = prompt_len, decode
         blocks = max_batch * num_blocks_for(prompt_len + decode + 1, block_size) + 1
         config = EngineConfig(1, blocks, block_size=block_size, max_batch_size=max_batch, pooling=False, seed=seed)
@@ -37,8 +37,6 @@ class RaySteps:
         self.totals = (0.0, 0)  # the loop's CPU seconds and steps as of the last run's end
 
     def _totals(self) -> tuple[float, int]:
-        from reference_impl.backends.ray.serving import loop_stats
-
         stats = loop_stats(self.engine)[0]
         return stats.control_cpu_s + stats.compute_cpu_s, stats.num_steps
 

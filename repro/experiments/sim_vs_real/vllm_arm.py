@@ -18,7 +18,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from baselines.real_vllm.backend import check_vllm, random_prompts, requests_of, run_vllm_rounds, vllm_python
+from baselines.real_vllm.config import VllmSetup, engine_env, engine_kwargs
+from baselines.real_vllm.dispatch import blocks_for
+from baselines.real_vllm.model import save_hf_folder
+from baselines.real_vllm.profile import StepGrid, grid_rounds, grid_steps
+from reference_impl.calibration.coefficients import dumps
+from reference_impl.calibration.engine_steps import fit_engine_steps
 from reference_impl.errors import InputError
+from reference_impl.model.llama import random_model
+from reference_impl.profiling.local import ProfilePlan, profile
+from reference_impl.profiling.step_overhead import engine_model_config
+from reference_impl.serving.records import RequestRecord, ServingRun
+from reference_impl.sim.config import SimConfig, sim_engine
+from reference_impl.sim.simulator import simulate
+from reference_impl.systems.registry import system_config
+from repro.experiments.sim_vs_real.points import run_summary
 from repro.load import load_1m
 
 SYSTEM = "vllm-m"
@@ -28,8 +43,6 @@ BLOCK_SIZE = 32  # vLLM 0.32's CPU attention takes multiples of 32
 
 def vllm_unavailable() -> str | None:
     """Why real vLLM cannot run here (one line), or None where it can."""
-    from baselines.real_vllm.backend import check_vllm, vllm_python
-
     try:
         check_vllm(vllm_python())
     except InputError as exc:
@@ -39,8 +52,6 @@ def vllm_unavailable() -> str | None:
 
 
 def _grid(requests, max_batch: int, max_tokens: int, budget: int, quick: bool):
-    from baselines.real_vllm.profile import StepGrid
-
     prompts = sorted(r.prompt_len for r in requests)
     prompt_len = prompts[len(prompts) // 2]
     steps = 6 if quick else 10
@@ -58,8 +69,6 @@ def _grid(requests, max_batch: int, max_tokens: int, budget: int, quick: bool):
 
 def _ops_profile(spec, grid, budget: int, seed: int, quick: bool) -> dict:
     """This machine's op-level profile on the wall clock (our engine's step overhead in it is replaced later)."""
-    from reference_impl.profiling.local import ProfilePlan, profile
-
     prefill = {k * grid.prompt_len for k in grid.prefill_prompts}
     plan = ProfilePlan(tokens=tuple(sorted({*grid.decode_batches, *prefill, 256, 1024, budget})),
                        kv_lens=(256, 1024), copy_bytes=(1 << 12, 1 << 20), prefill_tokens=grid.prompt_len,
@@ -71,8 +80,6 @@ def _ops_profile(spec, grid, budget: int, seed: int, quick: bool) -> dict:
 
 def measured_result(run):
     """A real vLLM run as a ServingRun, as the simulator's, so both sides are summarised by one path."""
-    from reference_impl.serving.records import RequestRecord, ServingRun
-
     records = [RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len,
                              -1 if r.engine is None else r.engine, r.status, r.first_token_s, r.finish_s)
                for r in run.served]
@@ -96,20 +103,6 @@ def run_arm(spec, make_requests, rates, *, max_batch: int, max_tokens: int, repe
     """Every repeat of every rate on real vLLM and in the simulator; {"runs", "calibrations", "info"}.
     `make_requests(rate)`: the workload at a rate (inf: all at once); `record(path, load)`: a calibration's
     summary record."""
-    from baselines.real_vllm.backend import random_prompts, requests_of, run_vllm_rounds
-    from baselines.real_vllm.config import VllmSetup, engine_env, engine_kwargs
-    from baselines.real_vllm.dispatch import blocks_for
-    from baselines.real_vllm.model import save_hf_folder
-    from baselines.real_vllm.profile import grid_rounds, grid_steps
-    from reference_impl.calibration.coefficients import dumps
-    from reference_impl.calibration.engine_steps import fit_engine_steps
-    from reference_impl.profiling.step_overhead import engine_model_config
-    from reference_impl.model.llama import random_model
-    from reference_impl.sim.config import SimConfig, sim_engine
-    from reference_impl.sim.simulator import simulate
-    from reference_impl.systems.registry import system_config
-    from repro.experiments.sim_vs_real.points import run_summary
-
     blocks = max_batch * blocks_for(max_tokens, BLOCK_SIZE)  # every running request fits: no preemption
     setup = VllmSetup(SYSTEM, 1, block_size=BLOCK_SIZE, blocks_per_engine=blocks,
                       max_model_len=blocks_for(max_tokens, BLOCK_SIZE) * BLOCK_SIZE, max_num_seqs=max_batch,
