@@ -2,11 +2,15 @@
 and a plain contiguous-KV decode loop of the same model (`repro bench engine`, the speed regression guard)."""
 import time
 
+import torch
+
+from reference_impl.backends.local import LocalBackend
+from reference_impl.control.engine import Engine, EngineConfig
+from reference_impl.control.sequence import Sequence, num_blocks_for
+
 
 def contiguous_decode_tok_s(model, batch, prompt_len, num_steps, rng) -> float:
     """Prefill then greedy decode with KV in one contiguous [layers, batch, len, Hkv, D] tensor per K and V."""
-    import torch
-
     c = model.config
     max_len = prompt_len + num_steps
     k_cache = torch.zeros(c.num_layers, batch, max_len, c.num_kv_heads, c.head_dim, dtype=model.dtype)
@@ -42,10 +46,6 @@ def prefilled_engine(model, batch, prompt_len, num_steps, num_instances, block_s
     """An engine on the local backend whose `batch` requests (all homed on instance 0) are prefilled and
     admitted, each with `num_steps` tokens to generate; with several instances instance 0's budget is 1/n of
     the KV, so the rest spills onto the others."""
-    from reference_impl.backends.local import LocalBackend
-    from reference_impl.control.engine import Engine, EngineConfig
-    from reference_impl.control.sequence import Sequence, num_blocks_for
-
     total = batch * num_blocks_for(prompt_len + num_steps, block_size)
     per_instance = -(-total // num_instances) + (num_instances > 1)
     config = EngineConfig(num_instances, per_instance, block_size=block_size, max_batch_size=batch,

@@ -6,10 +6,14 @@ the tokens must equal a local run. `--model device-time:20ms` makes each step co
 almost no CPU, so the engine's own coordination is what scales (or does not) beyond the cores at hand.
 `--pooling on` gives the even instances requests larger than their memory and the odd ones room to lend: the
 debtors' KV spreads over creditors and each debtor step runs remote MicroAttention."""
+import json
 import os
 from dataclasses import asdict
 
 import click
+
+from reference_impl.atomic import check_writable_file, write_text_atomic
+from reference_impl.errors import InputError
 
 
 @click.command("ray")
@@ -36,14 +40,10 @@ def bench_ray(model_spec, instance_counts, pooling, requests_per_instance, promp
               hidden, block_size, repeats, reference, address, ray_cpus, seed, out):
     """tok/s of 1, 2, ... instances with the same requests per instance on Ray, beside N independent engines, and
     where a step's time goes: control phase, compute, waiting for partners, messaging."""
-    import json
-
     import ray
     import torch
 
-    from reference_impl.atomic import check_writable_file, write_text_atomic
     from reference_impl.backends.ray import RayConfig, init_ray
-    from reference_impl.errors import InputError
     from repro.benchmarks.ray_scaling import (ScalingRun, bench_model, load_average, pooled_workload, run_engine,
                                               run_independent, uniform_workload)
 

@@ -1,6 +1,10 @@
 """`repro bench sweep`: per-point overhead of Ray against the local pool, points per second with 1 and 2 workers,
 and the quick figure set's task graph scheduled on 16, 64 and 256 cores (repro/benchmarks/sweep.py)."""
+import json
+
 import click
+
+from reference_impl.atomic import check_writable_file, write_text_atomic
 
 
 @click.command("sweep")
@@ -9,9 +13,6 @@ import click
 def bench_sweep(out):
     """Per-point overhead of simulated points on Ray against the local pool (1 and 2 workers), and the quick figure
     set's task graph scheduled on 16, 64 and 256 cores."""
-    import json
-
-    from reference_impl.atomic import check_writable_file, write_text_atomic
     from repro.benchmarks.sweep import bench
     from repro.progress import progress_log
 

@@ -1,4 +1,5 @@
 import json
+import os
 
 import click
 
@@ -11,8 +12,6 @@ MAX_TOKENS = 10**7  # per prompt or generation: far beyond what a CPU run finish
 
 def check_kv_fits_memory(model_config, instances: int, blocks_per_instance: int, block_size: int, dtype_bytes: int):
     """The local backend allocates every instance's KV up front: say so before asking for more than the machine has."""
-    import os
-
     per_token = 2 * model_config.num_layers * model_config.num_kv_heads * model_config.head_dim * dtype_bytes
     need = instances * blocks_per_instance * block_size * per_token
     have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

@@ -1,6 +1,7 @@
 import click
 
-from repro.framework.registry import EXPERIMENTS
+from reference_impl.atomic import check_writable_dir
+from repro.framework.registry import EXPERIMENTS, get_experiment
 
 
 @click.command()
@@ -10,8 +11,6 @@ from repro.framework.registry import EXPERIMENTS
 @click.option("--figures-dir", type=click.Path(file_okay=False), default="figures", show_default=True)
 def plot(names, results_dir, figures_dir):
     """Draw figures (PNG and PDF) from saved results only."""
-    from reference_impl.atomic import check_writable_dir
-    from repro.framework.registry import get_experiment
     from repro.results import load_results
 
     check_writable_dir(figures_dir, "--figures-dir")

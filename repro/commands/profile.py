@@ -2,6 +2,7 @@ from pathlib import Path
 
 import click
 
+from reference_impl.errors import InputError
 from repro.options import seed_option
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -28,7 +29,6 @@ def profile(out, model, name, device, dtype, threads, quick, seed):
     from reference_impl.profiling.local import profile as measure
     from reference_impl.calibration.report import format_table
     from reference_impl.calibration.specs import model_spec
-    from reference_impl.errors import InputError
     from repro.progress import progress_log
 
     check_out_path(out)

@@ -3,9 +3,10 @@ import sys
 
 import click
 
+from reference_impl.errors import InputError
+
 
 def _cases(names):
-    from reference_impl.errors import InputError
     from repro.regression.cases import BY_NAME, CASES
 
     unknown = [n for n in names if n not in BY_NAME]
@@ -66,7 +67,6 @@ def bless(names):
 def bless_speed(size, names, repeats):
     """Measure each speed case's ratio to its reference on this machine and write it as the new baseline
     (repro/data/speed_baseline.json)."""
-    from reference_impl.errors import InputError
     from repro.progress import progress
     from repro.regression.speed import bless as write_baseline, measure
     from repro.regression.speed_workloads import BY_NAME, CASES

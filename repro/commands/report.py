@@ -1,6 +1,9 @@
 import json
+from pathlib import Path
 
 import click
+
+from reference_impl.errors import InputError
 
 
 @click.command()
@@ -9,9 +12,6 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 def report(results_dir, as_json):
     """Each headline claim of the papers beside the reproduced number and whether it falls in the paper's range."""
-    from pathlib import Path
-
-    from reference_impl.errors import InputError
     from repro.report import build_report, format_report
 
     if not any(Path(results_dir).glob("*/*/result.json")):

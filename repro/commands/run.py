@@ -1,6 +1,8 @@
 import click
 
-from repro.framework.registry import EXPERIMENTS
+from repro.exit_codes import exit_on_failed_requests
+from repro.framework.base import RunParams
+from repro.framework.registry import EXPERIMENTS, get_experiment
 from repro.options import seed_option
 
 BACKENDS = ("sim", "local", "ray", "vllm")
@@ -21,7 +23,6 @@ def parse_params(pairs: tuple[str, ...]) -> dict:
 
 def _params_text(name: str) -> str:
     from repro.framework.params import describe_params
-    from repro.framework.registry import get_experiment
 
     return describe_params(get_experiment(name))
 
@@ -71,9 +72,6 @@ class RunCommand(click.Command):
 @click.option("--force", is_flag=True, help="Run again even if the result exists.")
 def run(name, backend, quick, seed, address, params, run_id, results_dir, force):
     """Run an experiment and write results/<experiment>/<run-id>/result.json."""
-    from repro.exit_codes import exit_on_failed_requests
-    from repro.framework.base import RunParams
-    from repro.framework.registry import get_experiment
     from repro.progress import progress_log
     from repro.results import run_and_save
     from repro.serving.sweep import sweeps_points

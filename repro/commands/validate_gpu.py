@@ -2,7 +2,8 @@ from pathlib import Path
 
 import click
 
-from repro.validate_gpu.sizes import PARTS
+from reference_impl.errors import InputError
+from repro.validate_gpu.sizes import DRY, GPU, PARTS
 
 
 @click.command("validate-gpu")
@@ -17,18 +18,14 @@ def validate_gpu(out, dry_run, parts, device):
     Kernel exactness and bandwidth, tokens against transformers, real step times against the cost model,
     pooling on one GPU, and sim-vs-real serving; each part in its own process under its own time budget
     (at most 8 minutes in all)."""
-    from reference_impl.errors import InputError
-    from repro.validate_gpu.runner import missing_packages
+    from repro.validate_gpu.runner import missing_packages, run_all
 
     missing = missing_packages()
     if missing:
         raise InputError(f"validate-gpu needs {', '.join(missing)}: pip install {' '.join(missing)}")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError(f"--out {out} exists and is not an empty folder: name a new one")
-    import torch
-
-    from repro.validate_gpu.runner import run_all
-    from repro.validate_gpu.sizes import DRY, GPU
+    import torch  # after the check above: a machine without torch gets the pip line, not a traceback
 
     if dry_run:
         device = "cpu"
