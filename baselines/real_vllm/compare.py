@@ -20,12 +20,11 @@ from reference_impl.control.engine import Engine, EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.model.llama import LlamaModel
 from reference_impl.control.sequence import Sequence, num_blocks_for
+from workloads import SourceOptions, generate
 
 
 def workload(config: CompareConfig, vocab_size: int) -> tuple[list[list[int]], list[int]]:
     """(prompt token ids, max new tokens) per request: trace lengths clipped to the config's caps."""
-    from workloads import SourceOptions, generate
-
     reqs = generate(trace_id=config.trace_id, num_requests=config.num_requests, rate_per_s=1.0, seed=config.seed,
                     options=SourceOptions(source="fitted"))
     prompt_lens = [min(r.prompt_len, config.max_prompt_len) for r in reqs]

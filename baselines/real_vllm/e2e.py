@@ -9,6 +9,7 @@ experiments' data (repro/schemas/serving.schema.json), so plots and reports read
 import tempfile
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 
 from baselines.real_vllm.backend import check_vllm, random_prompts, requests_of, run_vllm_rounds, vllm_python
@@ -19,6 +20,7 @@ from baselines.real_vllm.model import TINY_VLLM, resolve_for_vllm, save_hf_folde
 from reference_impl.control.engine import EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.serving.points import best_ratio
+from workloads import SourceOptions, generate
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +69,6 @@ def config_from_params(params) -> RealE2EConfig:
 
 def trace_requests(config: RealE2EConfig, trace_id: int, rate_per_s: float, vocab_size: int):
     """(prompts, max tokens, arrivals) of one trace at one rate: the same lengths and prompts at every rate."""
-    import numpy as np
-
-    from workloads import SourceOptions, generate
-
     reqs = generate(trace_id=trace_id, num_requests=config.num_requests, rate_per_s=rate_per_s, seed=config.seed,
                     options=SourceOptions(source="fitted"))
     prompts = random_prompts([min(r.prompt_len, config.max_prompt_len) for r in reqs], vocab_size,

@@ -17,6 +17,8 @@ import os
 import sys
 import time
 
+from baselines.real_vllm.dispatch import REJECTED, MostFreeDispatcher
+
 
 def build_engines(job):
     from vllm import EngineArgs, LLMEngine
@@ -26,8 +28,6 @@ def build_engines(job):
 
 def run(job, engines, requests: list[dict]) -> dict:
     from vllm import SamplingParams
-
-    from baselines.real_vllm.dispatch import REJECTED, MostFreeDispatcher
 
     dispatcher = MostFreeDispatcher(len(engines), job["blocks_per_engine"], job["block_size"], job["max_model_len"])
     in_order = requests
