@@ -1,0 +1,64 @@
+"""Llumnix's migration on the local backend: requests moved whole mid-decode (control/request_move.py: their KV
+copied block for block between the instances' real caches, their Sequence into the other batch) generate the tokens
+of transformers' LlamaForCausalLM, and of the same engine with no move."""
+import os
+
+import pytest
+import torch
+
+from reference_impl.backends.local import generate
+from reference_impl.control.engine import EngineConfig
+from reference_impl.control.request_move import move_request
+from reference_impl.model.llama import load_model
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: never reach the Hub
+transformers = pytest.importorskip("transformers")
+
+PROMPTS = [[5, 90, 13, 2, 77, 41, 8, 120, 33], [64, 3, 3, 101, 27, 9, 58, 11, 96, 20, 7]]
+NUM_NEW = 40
+MOVE_AFTER_STEPS = (3, 9, 22)  # mid-decode, several times: each request goes round the instances
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory):
+    config = transformers.LlamaConfig(
+        vocab_size=128, hidden_size=48, intermediate_size=112, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=10000.0,
+        initializer_range=0.1, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(99)
+    folder = tmp_path_factory.mktemp("llama_moves")
+    transformers.LlamaForCausalLM(config).eval().save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def transformers_tokens(folder, prompt) -> list[int]:
+    model = transformers.LlamaForCausalLM.from_pretrained(folder, attn_implementation="eager").float().eval()
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=NUM_NEW, min_new_tokens=NUM_NEW, do_sample=False,
+                             pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def test_requests_moved_mid_decode_match_transformers(hf_folder):
+    model = load_model(hf_folder)
+    config = EngineConfig(3, 24, block_size=4, pooling=False)  # KV whole on one instance, as Llumnix keeps it
+    moves = []
+
+    def migrate(engine):
+        if engine.num_steps not in MOVE_AFTER_STEPS:
+            return
+        running = [(inst, seq) for inst in engine.instances for seq in inst.scheduler.running]
+        for src, seq in running:
+            dst = engine.instances[(src.inst_id + 1) % len(engine.instances)]
+            pairs = move_request(src, dst, seq, engine.backend.copy_blocks)
+            moves.append((seq.req_id, src.inst_id, dst.inst_id, len(pairs), len(seq.output_ids)))
+
+    staying = generate(model, PROMPTS, NUM_NEW, config, ignore_eos=True, record_logits=True)
+    moving = generate(model, PROMPTS, NUM_NEW, config, ignore_eos=True, record_logits=True, on_step=migrate)
+    assert len(moves) == len(PROMPTS) * len(MOVE_AFTER_STEPS)
+    assert all(0 < num_out < NUM_NEW and num_blocks > 1 for *_, num_blocks, num_out in moves)  # mid-decode
+    for i, prompt in enumerate(PROMPTS):
+        assert moving.token_ids[i] == transformers_tokens(hf_folder, prompt) == staying.token_ids[i]
+        assert len(moving.placement[i]) == 1  # it finished with its KV whole on one instance
+        for a, b in zip(moving.logits[i], staying.logits[i]):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
