@@ -39,6 +39,7 @@ def gpu_price_usd(gpu: str) -> float:
     return device(PRICED_AS[gpu])["price_usd"]
 
 
+@cache  # (read on every simulated step)
 def kv_bytes_per_token(model: str) -> int:
     """K and V of one token, every layer and KV head (a memory device pool holds whole tokens)."""
     spec = model_spec(model)

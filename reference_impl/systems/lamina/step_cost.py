@@ -20,6 +20,7 @@ large batches), so a step is min(T(1), T(m)): never shorter than the slowest of 
 each loading the weights), never longer than the whole batch's three stages end to end.
 """
 from dataclasses import dataclass
+from functools import cache
 
 from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
@@ -34,12 +35,17 @@ def compute_s(model: CalibratedPerfModel, batch: int) -> float:
     return step_time_s(model, InstanceLoad(batch_size=batch, attn_kv_tokens=0))
 
 
-def network_bytes(model: str, batch: int) -> int:
-    """Bytes a decode step of `batch` requests sends between the pools: q, k, v out, the output back, per layer."""
+@cache
+def _layers_and_bytes_per_token_layer(model: str) -> tuple[int, int]:
     spec = model_spec(model)
     kv_dim = spec.num_kv_heads * spec.head_dim
-    per_token_layer = (spec.hidden + 2 * kv_dim + spec.hidden) * DTYPE_BYTES
-    return spec.num_layers * batch * per_token_layer
+    return spec.num_layers, (spec.hidden + 2 * kv_dim + spec.hidden) * DTYPE_BYTES
+
+
+def network_bytes(model: str, batch: int) -> int:
+    """Bytes a decode step of `batch` requests sends between the pools: q, k, v out, the output back, per layer."""
+    num_layers, per_token_layer = _layers_and_bytes_per_token_layer(model)
+    return num_layers * batch * per_token_layer
 
 
 def network_s(model: str, batch: int, tp: int, nic_gb_s_per_gpu: float) -> float:
