@@ -12,6 +12,8 @@ from reference_impl.control.sequence import Status
 from reference_impl.sim.simulator import simulate
 from reference_impl.systems.llumnix.knobs import REQUEST_POLICIES, LlumnixKnobs
 from reference_impl.systems.registry import cluster, system_config
+from repro.experiments.e2e import LONG_SETTINGS
+from workloads.generate import generate
 from workloads.request import Request
 
 BASE = replace(cluster("llama2-7b", "A100-80GB-SXM", 4), num_blocks=60)  # 7,680 tokens an instance: memory-bound
@@ -158,6 +160,18 @@ def test_random_migrations_with_aborts_keep_invariants(seed, num_blocks, policy,
     for inst_id in filled:
         watch.sim.engine.instances[inst_id].rm.free_request(DUMMY - inst_id)
     watch.check_end()
+
+
+@pytest.mark.parametrize("trace", [0, 4, 5, 8])
+def test_runs_on_the_figure_clusters(trace):
+    """The Fig 10 groups' clusters, LLaMA2-13B and 70B on several GPUs an instance included: every request is served
+    or rejected, as vLLM-M rejects it (larger than an instance)."""
+    model, num_gpus = LONG_SETTINGS.get(trace, ("llama2-7b", 4))
+    requests = generate(trace_id=trace, num_requests=8, rate_per_s=2.0, seed=0)
+    base = cluster(model, "A100-80GB-SXM", num_gpus)
+    summary = simulate(llumnix(base=base), requests).summary()
+    assert summary.num_finished + summary.num_rejected == len(requests)
+    assert summary.num_rejected == simulate(system_config("vllm-m", base), requests).summary().num_rejected
 
 
 @pytest.mark.parametrize("bad", [dict(pairing_period_s=0), dict(max_stages=0), dict(request_policy="FCW"),
