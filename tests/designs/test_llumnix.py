@@ -8,8 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from llumnix_watch import Watch
-from reference_impl.control.sequence import Status
+from reference_impl.control.engine_config import EngineConfig
+from reference_impl.control.instance import Instance
+from reference_impl.control.sequence import Sequence, Status
 from reference_impl.sim.simulator import simulate
+from reference_impl.systems.llumnix.freeness import choose_request, freeness_tok, pair_instances
 from reference_impl.systems.llumnix.knobs import REQUEST_POLICIES, LlumnixKnobs
 from reference_impl.systems.registry import cluster, system_config
 from repro.experiments.e2e import LONG_SETTINGS
@@ -121,10 +124,29 @@ def test_migration_lowers_tail_latency_on_skewed_load():
     assert p99_moving_s < p99_alone_s
 
 
-def test_dispatch_goes_to_the_freest_instance():
-    requests = [Request(i, 0.0, 500, 50, "t") for i in range(4)] + [Request(4, 0.001, 100, 50, "t")]
-    result = simulate(llumnix(LlumnixKnobs(enable_migration=False)), requests)
-    assert sorted(r.inst_id for r in result.requests[:4]) == [0, 1, 2, 3]  # an idle instance is infinitely free
+def test_freeness_pairing_and_request_choice():
+    """F = (free - watermark - queued demand) x block tokens / (running + queued), by hand on three instances;
+    the least free source pairs with the most free destination; SR / LCR / LR pick their request."""
+    peers, config = {}, EngineConfig(num_instances=3, blocks_per_instance=10, block_size=16, pooling=False)
+    busy, idle, roomy = (Instance.build(i, config, None, peers=peers) for i in range(3))
+    seqs = [Sequence(i, list(range(n)), 50) for i, n in enumerate((64, 16, 32))]  # 4, 1 and 2 rBlocks
+    for seq in seqs:
+        busy.scheduler.add(seq)
+    busy.scheduler.schedule()
+    for seq in seqs:
+        seq.output_ids.append(1)
+    busy.scheduler.add(Sequence(9, list(range(70)), 5))  # queued: 5 rBlocks, 3 free
+    roomy.scheduler.add(Sequence(10, list(range(16)), 5))
+    roomy.scheduler.schedule()
+    assert freeness_tok(busy, 1, 16) == (10 - 7 - 1 - 5) * 16 / 4 and freeness_tok(idle, 1, 16) == float("inf")
+    assert freeness_tok(roomy, 0, 16) == 9 * 16
+    knobs = LlumnixKnobs(watermark_frac=0.1)  # 1 rBlock of 10
+    assert pair_instances([busy, idle, roomy], knobs, 16) == []  # -12 tokens a request: above -48, no source
+    knobs = LlumnixKnobs(watermark_frac=0.1, migrate_out_freeness_tok=-12.0)
+    assert pair_instances([busy, idle, roomy], knobs, 16) == [(busy, idle)]
+    assert pair_instances([busy, roomy], knobs, 16) == [(busy, roomy)]
+    assert [choose_request(busy, p, set()).req_id for p in ("SR", "LCR", "LR")] == [1, 2, 0]
+    assert choose_request(busy, "SR", {1}).req_id == 2  # not one migrating already
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
