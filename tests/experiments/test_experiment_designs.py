@@ -130,3 +130,17 @@ def test_claim_rows_measure_declared_claims_and_mark_the_rest_not_yet_measured(q
     assert claim_rows(quick, absent)[0]["verdict"] == "not yet measured"
     assert "not in the catalog" in claim_rows(quick, absent)[0]["note"]
     assert set(CLAIMS) >= {"infinite-llm", "loongserve", "llumnix"}
+
+
+def test_figure_shows_every_group_and_design_and_marks_rejections(quick, tmp_path):
+    from repro.experiments.designs.figure import grid
+    data = quick["data"]
+    ratios, texts, labels, rejects = grid(data["groups"], data["designs"])
+    assert ratios.shape == (len(data["groups"]), len(data["designs"])) == (len(labels), len(texts[0]))
+    for i, g in enumerate(data["groups"]):
+        assert ratios[i, data["designs"].index(g["baseline"])] == pytest.approx(1.0)
+        for j, name in enumerate(data["designs"]):
+            assert ("rej" in texts[i][j]) == bool(rejects[i, j])
+            assert (texts[i][j] == "failed") == (g["designs"][name]["status"] != "ok")
+    written = get_experiment("designs").plot([quick], str(tmp_path))
+    assert sorted(p.rsplit(".", 1)[1] for p in written) == ["pdf", "png"]

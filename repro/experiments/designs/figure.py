@@ -50,7 +50,7 @@ def plot_designs(results: list[dict], figures_dir: str) -> list[str]:
     sns.heatmap(logs, ax=ax, cmap="RdBu", center=0.0, vmin=-span, vmax=span, annot=np.array(texts, dtype=object),
                 fmt="", annot_kws={"fontsize": 7}, linewidths=0.5, linecolor="white",
                 cbar_kws={"label": "ratio to the baseline"},
-                xticklabels=designs, yticklabels=labels, mask=np.zeros_like(logs, dtype=bool))
+                xticklabels=designs, yticklabels=labels)
     bar = ax.collections[0].colorbar
     ticks = [t for t in bar.get_ticks() if -span <= t <= span]
     bar.set_ticks(ticks)
