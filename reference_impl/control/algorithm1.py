@@ -7,6 +7,7 @@ the k in [0, Block_max] maximising the two instances' modelled throughput (Eq. 5
 The modelled throughput of an instance admits waiting requests into its free blocks (that is how freed
 space raises a debtor's batch, and how lent space lowers a creditor's, infinite-llm 5.2).
 """
+import heapq
 from dataclasses import dataclass, field, replace
 
 from reference_impl.calibration.perf_model import InstanceLoad, PerfModel, throughput_tok_s
@@ -136,6 +137,10 @@ def plan_moves(views: dict[int, InstanceView], model: PerfModel, block_size: int
     debtor_ids = {v.inst_id for v in debtors}
     creditor_ids = {v.inst_id for v in views.values()
                     if v.util <= util_thres and v.borrowed_blocks == 0 and v.inst_id not in debtor_ids}
+    # the creditors by (util, id): a debtor takes them in that order, each once; a creditor lent to goes back in
+    # at its new util once that debtor is done (the only view whose util changes is the one lent to)
+    by_util = [(views[i].util, i) for i in creditor_ids]
+    heapq.heapify(by_util)
     moves = []
     for debtor_id in [v.inst_id for v in debtors]:
         candidates = {r: n for r, n in views[debtor_id].local_blocks_by_req.items() if r not in frozen}
@@ -143,13 +148,12 @@ def plan_moves(views: dict[int, InstanceView], model: PerfModel, block_size: int
             continue
         req_id = max(candidates, key=lambda r: (views[debtor_id].total_blocks_by_req.get(r, 0), -r))
         block_max = candidates[req_id]
-        visited = set()
+        visited = []
         while block_max > 0:
-            order = sorted((views[i] for i in creditor_ids - visited), key=lambda v: (v.util, v.inst_id))
-            if not order:
+            if not by_util:
                 break
-            creditor = order[0]
-            visited.add(creditor.inst_id)
+            creditor = views[heapq.heappop(by_util)[1]]
+            visited.append(creditor.inst_id)
             debtor = views[debtor_id]
             key = _pair_key(debtor, creditor, req_id)
             limit = min(block_max, creditor.lendable_blocks)
@@ -167,4 +171,7 @@ def plan_moves(views: dict[int, InstanceView], model: PerfModel, block_size: int
             if views[creditor.inst_id].util > util_thres:
                 creditor_ids.discard(creditor.inst_id)
             block_max -= best_k
+        for i in visited:
+            if i in creditor_ids:
+                heapq.heappush(by_util, (views[i].util, i))
     return moves
