@@ -67,9 +67,13 @@ def groups(models, contexts) -> list[tuple[Config, CurveGroup]]:
                 n = max(MIN_REQUESTS, BATCHES_PER_POINT * pick.batch)
                 info = {"model": model, "context": context, "system": pick.system, "baseline": SYSTEMS[pick.system],
                         "num_requests": n}
-                g = CurveGroup(info, serving_base(pick), partial(fig13_requests, context, n),
-                               (SYSTEMS[pick.system],), f"fig13 {model} ctx {context} {pick.system}",
-                               runner=run_with_counters)
+                base = serving_base(pick)
+                # the first probe at the rate the step arithmetic with prefill sustains (the cost model's generic
+                # estimate reads the GPUs' own memory, not the memory devices', and starts Lamina far too low)
+                start = explain(pick, system_config(SYSTEMS[pick.system], base))["with_prefill_tok_s"] / context
+                g = CurveGroup(info, base, partial(fig13_requests, context, n), (SYSTEMS[pick.system],),
+                               f"fig13 {model} ctx {context} {pick.system}", runner=run_with_counters,
+                               start_rate_per_s=start)
                 out.append((pick, g))
     return out
 
