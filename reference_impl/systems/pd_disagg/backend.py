@@ -4,13 +4,12 @@ never decodes: the requests it prefilled leave its batch as the step starts (the
 lands) and the policy starts their transfer at the step's end; it takes waiting prompts first come first served
 up to the knobs' token budget (one longer prompt alone); a request a decode instance preempts leaves for the
 prefill pool, which recomputes it (decode instances never prefill)."""
-
-
 from reference_impl.control.instance import Instance
 from reference_impl.control.sequence import Sequence
 from reference_impl.sim.backend import SimBackend, StepOutcome
 from reference_impl.systems.pd_disagg.configure import knobs_of, split_of
 from reference_impl.systems.pd_disagg.split import instance_model
+
 
 class PDBackend(SimBackend):
     supports_chunked_prefill = False
