@@ -109,7 +109,7 @@ def test_a_failing_design_is_reported_in_its_group_and_the_others_run(broken_des
         assert "cannot dispatch" in rows["broken-sim"]["error"] and rows["infinite-llm"]["status"] == "ok"
 
 
-@pytest.mark.parametrize("param, words", [("designs=nope", "unknown design nope"), ("seeds=x", "seeds"),
+@pytest.mark.parametrize("param, words", [("designs=nope", "unknown design nope"), ("seeds=0", "seeds"),
                                           ("traces=9", "trace")])
 def test_bad_params_give_one_line_and_write_nothing(repro_cli, tmp_path, param, words):
     code, out, err = repro_cli(["run", "--experiment", "designs", "--quick", "--results-dir", str(tmp_path),

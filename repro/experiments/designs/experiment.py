@@ -20,7 +20,7 @@ from repro.experiments.designs.compare import first_error, group_comparison
 from repro.experiments.designs.cost import run_cost
 from repro.experiments.designs.counters import run_design_point
 from repro.framework.base import Experiment, default_run_id
-from repro.framework.params import Param, ParamValueError
+from repro.framework.params import Param, ParamValueError, positive_int
 from repro.serving.curves import CurveGroup, curve, find_saturation
 from repro.serving.sweep import open_sweep, sweep_params
 from repro.serving.tasks import typed
@@ -45,10 +45,10 @@ def design_list(raw) -> tuple[str, ...]:
 PARAMS = (
     Param("designs", design_list, None, "comma-separated designs (default: every design of the catalog); each "
           "group's baseline (vllm-m on traces 0-2, vllm-s on 3-8) is always run"),
-    Param("seeds", int, None, f"seeds per point (default {FULL_SEEDS}; {QUICK_SEEDS} with --quick)"),
-    Param("short_requests", int, None, f"requests per point, traces 0-2 (default {FULL_SIZE['short_requests']}; "
+    Param("seeds", positive_int, None, f"seeds per point (default {FULL_SEEDS}; {QUICK_SEEDS} with --quick)"),
+    Param("short_requests", positive_int, None, f"requests per point, traces 0-2 (default {FULL_SIZE['short_requests']}; "
           f"{QUICK_SIZE['short_requests']} with --quick)"),
-    Param("long_requests", int, None, f"requests per point, traces 3-8 (default {FULL_SIZE['long_requests']}; "
+    Param("long_requests", positive_int, None, f"requests per point, traces 3-8 (default {FULL_SIZE['long_requests']}; "
           f"{QUICK_SIZE['long_requests']} with --quick)"),
     *(p for p in e2e.PARAMS if p.name in ("traces", "long_probe_fraction", "link", "source") and "sim" in p.backends),
     *sweep_params(),
@@ -70,7 +70,7 @@ def sizes(params) -> dict:
 
 def seeds_of(params) -> tuple[int, ...]:
     n = params.extra.get("seeds") or (QUICK_SEEDS if params.quick else FULL_SEEDS)
-    return tuple(params.seed + i for i in range(max(1, n)))
+    return tuple(params.seed + i for i in range(n))
 
 
 def chosen_designs(params) -> tuple[str, ...]:
