@@ -63,7 +63,7 @@ class RunCommand(click.Command):
 @click.option("--address", default=None,
               help="Ray cluster address (HOST:PORT, auto: $RAY_ADDRESS or the cluster started here); 'local' starts "
                    "a private one. With --backend ray the engine runs there; with --backend sim the simulated points "
-                   "do (docs/figures.md).")
+                   "do, and without --address they go to $RAY_ADDRESS when it is set (docs/figures.md).")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Experiment-specific option (see --list-params); a non-default value is a new run.")
 @click.option("--run-id", default=None, help="Name of this run (default: from backend, size, seed and non-default "

@@ -2,29 +2,34 @@
 
 Each takes `submit(fn, arg)` and returns a concurrent.futures.Future, and says how many points it runs at once
 (`slots`), so the sweep (repro/serving/sweep.py) keeps its own queue, longest point first, and hands out a point
-whenever a slot frees. Ray tasks are retried where a worker or node dies (MAX_RETRIES): a lost node costs only the
-points it was running.
+whenever a slot frees (`batch_s` > 0: short points several to a call, run_batch). A point whose worker or node dies
+runs again (MAX_RETRIES): Ray retries the task, the local pool starts again; it costs only the points it was
+running.
 """
 import functools
+import os
+import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 
-import reference_impl
 import repro
 import workloads
-from reference_impl.errors import InputError
 
-MAX_RETRIES = 5  # runs of a Ray task after its worker or node died
+MAX_RETRIES = 5  # runs of a point again after its worker (Ray: or node) died
+# Ray costs 5-7 ms a task here (results/bench/sweep.json): points expected to take less than this together run as
+# one task, so that cost stays a few percent of the points' own
+BATCH_S = 0.5
 SLOTS_REFRESH_S = 5.0  # a Ray cluster's CPUs are read again this often (nodes come and go)
-LOCAL = "local"
 
 
 class InProcess:
     """Points run here, one at a time, in the order handed out."""
     name = "this process"
     slots = 1
+    batch_s = 0.0
 
     def submit(self, fn, arg) -> Future:
         future = Future()
@@ -39,18 +44,79 @@ class InProcess:
 
 
 class LocalPool:
-    """A process pool of `workers` processes (spawned: the parent may have torch and its threads loaded)."""
+    """A process pool of `workers` processes (spawned: the parent may have torch and its threads loaded). A worker
+    that dies breaks Python's pool and every call it holds: the pool is started again and those calls resubmitted
+    (MAX_RETRIES each), so a dead worker costs only the points it was running."""
+    batch_s = 0.0
 
     def __init__(self, workers: int):
         self.slots = workers
         self.name = f"a local pool of {workers} processes"
-        self._pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
+        self.restarts = 0  # pools started again after a worker died
+        self._lock = threading.Lock()
+        self._pool, self._generation, self._closed = self._start(), 0, False
+
+    def _start(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(self.slots, mp_context=get_context("spawn"))
 
     def submit(self, fn, arg) -> Future:
-        return self._pool.submit(fn, arg)
+        outer = Future()
+        self._submit(outer, fn, arg, MAX_RETRIES)
+        return outer
+
+    def _submit(self, outer: Future, fn, arg, retries: int) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    outer.cancel()
+                    return
+                pool, generation = self._pool, self._generation
+            try:
+                inner = pool.submit(fn, arg)
+            except (BrokenProcessPool, RuntimeError):  # broken or shut down since it was read: the next pool
+                self._restart(generation)
+                continue
+            inner.add_done_callback(functools.partial(self._settle, outer, fn, arg, retries, generation))
+            return
+
+    def _settle(self, outer: Future, fn, arg, retries: int, generation: int, inner: Future) -> None:
+        if inner.cancelled():
+            outer.cancel()
+            return
+        exc = inner.exception()
+        if isinstance(exc, BrokenProcessPool) and retries > 0:
+            self._restart(generation)
+            self._submit(outer, fn, arg, retries - 1)
+        elif exc is not None:
+            outer.set_exception(exc)
+        else:
+            outer.set_result(inner.result())
+
+    def _restart(self, generation: int) -> None:
+        """A new pool in place of the broken one of `generation` (once, however many of its calls report it)."""
+        with self._lock:
+            if self._closed or generation != self._generation:
+                return
+            broken, self._pool = self._pool, self._start()
+            self._generation += 1
+            self.restarts += 1
+        broken.shutdown(wait=False, cancel_futures=True)  # maybe on its own thread: never wait here
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def run_batch(calls: list) -> list:
+    """Several (fn, arg) calls as one task (RayCluster.batch_s): [(result, None) or (None, exception)] in order."""
+    out = []
+    for fn, arg in calls:
+        try:
+            out.append((fn(arg), None))
+        except Exception as exc:  # noqa: BLE001 - raised where that point is awaited
+            out.append((None, exc))
+    return out
 
 
 def _call(fn, arg):
@@ -65,7 +131,9 @@ def _remote_call():
 
 class RayCluster:
     """Each point a Ray task of one CPU on the cluster at `address` (HOST:PORT, auto) or on a private Ray of
-    `workers` CPUs started here (address 'local'); a Ray already initialised in this process is used as it is."""
+    `workers` CPUs started here (address 'local'); a Ray already initialised in this process is used as it is.
+    Points the sweep expects to be short are handed out several to a task, up to `batch_s` seconds of CPU."""
+    batch_s = BATCH_S
 
     def __init__(self, address: str, workers: int):
         import ray
@@ -90,29 +158,22 @@ class RayCluster:
 
 
 def connect(address: str, workers: int) -> bool:
-    """Start or join Ray for points (True when this call started it). A private Ray is the engine backend's
-    (init_ray); a cluster gets the three packages a point imports as py_modules, so its nodes need only Python,
-    numpy and ray."""
-    import ray
+    """Start or join Ray for points (True when this call started it): the engine backend's init_ray, with the
+    two other packages a point imports shipped to a cluster, so its nodes need only Python, numpy and ray."""
+    from reference_impl.backends.ray.cluster import RayConfig, init_ray
+    packages = tuple(str(Path(m.__file__).parent) for m in (repro, workloads))
+    return init_ray(RayConfig(address=address, num_cpus=workers, py_modules=packages))
 
-    from reference_impl.backends.ray.cluster import RayConfig, check_reachable, init_ray, ray_prints_to_stderr
-    if ray.is_initialized():
-        return False
-    if address == LOCAL:
-        return init_ray(RayConfig(address=LOCAL, num_cpus=workers))
-    check_reachable(address, timeout_s=10.0)
-    ray_prints_to_stderr()
-    packages = [str(Path(m.__file__).parent) for m in (reference_impl, repro, workloads)]
-    try:
-        ray.init(address=address, runtime_env={"py_modules": packages}, include_dashboard=False,
-                 logging_level="WARNING", log_to_driver=False)
-    except (ConnectionError, ValueError, RuntimeError) as err:
-        raise InputError(f"cannot join the Ray cluster at {address!r}: {err}".splitlines()[0]) from None
-    return True
+
+def ray_address(address: str | None) -> str | None:
+    """`--address`, else $RAY_ADDRESS (set by `ray job submit` too), else None (no Ray)."""
+    return address if address is not None else os.environ.get("RAY_ADDRESS") or None
 
 
 def make_executor(address: str | None, workers: int):
-    """Ray when an address is given, else a local pool of `workers` processes (this process for one)."""
+    """Ray when an address is given or $RAY_ADDRESS is set, else a local pool of `workers` processes (this process
+    for one)."""
+    address = ray_address(address)
     if address is not None:
         return RayCluster(address, workers)
     return InProcess() if workers <= 1 else LocalPool(workers)

@@ -6,11 +6,13 @@ soon as those are done, so independent groups, systems and seeds proceed togethe
 
 `Sweep.point(task)`: the same future when this run already has the same key (run or running), the stored point
 when the store has it (repro/serving/store.py), else the task queued here and handed to the executor
-(repro/serving/executors.py) longest first whenever a slot frees; its point stored when done. Coroutines that wait
+(repro/serving/executors.py) longest first whenever a slot frees (short points several to a call where the
+executor asks: `_take`); its point stored when done. Coroutines that wait
 on several others use `sweep.gather`, so the run's task graph (repro/serving/task_graph.py) knows what each point
 waited for. One bar counts the points known so far.
 """
 import asyncio
+import bisect
 import heapq
 import itertools
 from contextlib import contextmanager
@@ -21,7 +23,7 @@ from reference_impl.atomic import write_json_atomic
 
 from repro.framework.params import Param
 from repro.progress import live_bar
-from repro.serving.executors import InProcess, make_executor
+from repro.serving.executors import InProcess, make_executor, run_batch
 from repro.serving.keys import Unkeyable, job_fields, point_fields, point_key, requests_sha256
 from repro.serving.store import open_store
 from repro.serving.task_graph import TaskGraph
@@ -53,12 +55,14 @@ class Sweep:
         self.executor, self.store, self.log, self.bar = executor, store, log, bar
         self.graph = TaskGraph(experiment)
         self.counts = {"run": 0, "stored": 0, "shared": 0}
+        self.calls = 0  # handed to the executor: a point, or a batch of short ones
+        self._s_per_cost = []  # sorted CPU seconds per request cost of the points run (sizes batches)
         self._spec_info = {}  # RequestSpec -> (sha256, cost): each spec's requests built once on this side
         self._loop, self._in_flight = None, 0
 
     @property
     def in_flight(self) -> int:
-        """Points handed to the executor and not yet back."""
+        """Calls (a point, or a batch of short ones) handed to the executor and not yet back."""
         return self._in_flight
 
     def run(self, coro):
@@ -141,37 +145,69 @@ class Sweep:
 
     def _dispatch(self):
         while self._queue and self._in_flight < self.executor.slots:
-            _, _, call, arg, key, fields, future = heapq.heappop(self._queue)
+            batch = self._take()
             self._in_flight += 1
+            self.calls += 1
             loop = self._loop
-            done = self.executor.submit(call, arg)
+            if len(batch) == 1:
+                done = self.executor.submit(batch[0][2], batch[0][3])
+            else:
+                done = self.executor.submit(run_batch, [(entry[2], entry[3]) for entry in batch])
 
-            def finished(done, key=key, fields=fields, future=future):
+            def finished(done, batch=batch):
                 try:
-                    loop.call_soon_threadsafe(self._finished, done, key, fields, future)
+                    loop.call_soon_threadsafe(self._finished, done, batch)
                 except RuntimeError:  # the run ended (another point failed): nothing waits for this one
                     pass
 
             done.add_done_callback(finished)
 
-    def _finished(self, done, key, fields, future):
+    def _take(self) -> list[tuple]:
+        """The longest queued point, with the next ones while their expected CPU (their request cost at the median
+        CPU seconds per cost of the points run so far) stays within the executor's batch_s, leaving every slot
+        its share of the queue."""
+        batch = [heapq.heappop(self._queue)]
+        budget_s, per_cost = self.executor.batch_s, self._s_per_cost
+        if budget_s <= 0 or not per_cost or -batch[0][0] <= 0:
+            return batch
+        s_per_cost = per_cost[len(per_cost) // 2]
+        most = max(1, -(-(len(self._queue) + 1) // self.executor.slots))
+        total_s = -batch[0][0] * s_per_cost
+        while self._queue and len(batch) < most and -self._queue[0][0] > 0:
+            next_s = -self._queue[0][0] * s_per_cost
+            if total_s + next_s > budget_s:
+                break
+            batch.append(heapq.heappop(self._queue))
+            total_s += next_s
+        return batch
+
+    def _finished(self, done, batch):
         self._in_flight -= 1
         try:
             ran = done.result()
+            outcomes = ran if len(batch) > 1 else [(ran, None)]
         except BaseException as exc:  # noqa: BLE001 - raised where the point is awaited
+            outcomes = [(None, exc)] * len(batch)
+        for (minus_cost, _, _, _, key, fields, future), (ran, exc) in zip(batch, outcomes):
+            self._settle(-minus_cost, key, fields, future, ran, exc)
+        self._dispatch()
+
+    def _settle(self, cost: float, key, fields, future, ran, exc):
+        if exc is not None:
             self._by_key.pop(key, None)
             if not future.done():
                 future.set_exception(exc)
-        else:
-            self.counts["run"] += 1
-            try:
-                if self.store is not None and key is not None:
-                    self.store.put(key, fields, ran["point"], ran["cpu_s"])
-            except Exception as exc:  # noqa: BLE001 - e.g. a full disk: the run fails, here it would hang
-                future.set_exception(exc)
-            if not future.done():
-                future.set_result((ran["point"], ran["cpu_s"]))
-        self._dispatch()
+            return
+        self.counts["run"] += 1
+        if cost > 0:
+            bisect.insort(self._s_per_cost, ran["cpu_s"] / cost)
+        try:
+            if self.store is not None and key is not None:
+                self.store.put(key, fields, ran["point"], ran["cpu_s"])
+        except Exception as err:  # noqa: BLE001 - e.g. a full disk: the run fails, here it would hang
+            future.set_exception(err)
+        if not future.done():
+            future.set_result((ran["point"], ran["cpu_s"]))
 
     def _known(self, n: int):
         if self.bar is not None:

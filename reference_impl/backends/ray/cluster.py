@@ -22,6 +22,7 @@ class RayConfig:
     timeout_s: float = 120.0  # waiting for the placement group, a restarting gManager, a silent actor
     dist_timeout_s: float = 60.0  # a data-plane operation waiting on a peer longer than this fails the group
     gmanager_interval_s: float = 0.05  # between the gManager's rounds (when the engine config asks for rounds)
+    py_modules: tuple[str, ...] = ()  # package folders shipped to a cluster beside reference_impl
 
     def __post_init__(self):
         if self.num_cpus < 1 or self.cpus_per_instance <= 0 or self.gpus_per_instance < 0:
@@ -67,8 +68,9 @@ def ray_prints_to_stderr() -> None:
 
 def init_ray(rc: RayConfig) -> bool:
     """Start or join Ray; True when this call started it (the caller shuts it down). A private Ray's workers
-    inherit this process's environment (PYTHONPATH included); a remote cluster gets this package shipped as a
-    py_module, so its nodes need only Python, torch and ray. Ray's messages on this process go to stderr."""
+    inherit this process's environment (PYTHONPATH included); a remote cluster gets this package and
+    `rc.py_modules` shipped as py_modules, so its nodes need only Python, ray and what those import (the engine:
+    torch; simulated points: numpy). Ray's messages on this process go to stderr."""
     if ray.is_initialized():
         return False
     ray_prints_to_stderr()
@@ -81,7 +83,7 @@ def init_ray(rc: RayConfig) -> bool:
         return True
     check_reachable(rc.address, rc.timeout_s)
     try:
-        ray.init(address=rc.address, runtime_env={"py_modules": [package]}, **kwargs)
+        ray.init(address=rc.address, runtime_env={"py_modules": [package, *rc.py_modules]}, **kwargs)
     except (ConnectionError, ValueError, RuntimeError) as err:
         raise InputError(f"cannot join the Ray cluster at {rc.address!r}: {err}".splitlines()[0]) from None
     return True
