@@ -7,6 +7,7 @@ from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.control.engine_config import EngineConfig, GManagerConfig
 from reference_impl.errors import InputError
+from reference_impl.systems.catalog import design
 from reference_impl.calibration.links import DEFAULT_LINK
 
 
@@ -68,10 +69,11 @@ def with_engine(config: SimConfig, **knobs) -> SimConfig:
 
 def as_simulated(config: SimConfig) -> SimConfig:
     """`config` with the settings its runs never read put back to their defaults, so that two configs which
-    simulate the same run compare equal: without pooling the link carries nothing (no remote MicroAttention, no
-    KV moves, no gManager round) and no instance calls a peer. A design with knobs of its own may use the link
-    without pooling (a prefill/decode split moves KV over it): its config is kept whole."""
-    if config.engine.pooling or config.design_knobs is not None:
+    simulate the same run compare equal: the pooled engine's own policy and backend (Infinite-LLM, vLLM-M, vLLM-S)
+    without pooling send nothing over the link (no remote MicroAttention, no KV moves, no gManager round) and no
+    instance calls a peer. A design with a policy or backend of its own may use the link without pooling (a
+    migration, a prefill/decode hand-over): its config is kept whole."""
+    if config.engine.pooling or not design(config.design).on_pooled_engine:
         return config
     return replace(config, link=DEFAULT_LINK, engine_costs=replace(engine_costs(config), peer_call_s=0.0))
 

@@ -19,6 +19,11 @@ class Design:
     backend: type[SimBackend] = SimBackend
     real_engine: bool = True  # the engine's local and Ray backends run it too (policy = the config alone)
 
+    @property
+    def on_pooled_engine(self) -> bool:
+        """It runs on the pooled engine's own policy and backend: its config alone makes the difference."""
+        return self.policy is Policy and self.backend is SimBackend
+
     def config(self, base: SimConfig) -> SimConfig:
         """`base` as this design runs it, named in its `design` field."""
         return replace(self.configure(base), design=self.name)

@@ -38,6 +38,15 @@ def test_without_pooling_the_link_is_not_read():
     assert len({as_simulated(cluster("llama2-7b", "A100-80GB-SXM", 4, link=link)) for link in LINKS}) == 3
 
 
+@pytest.mark.parametrize("system", ["llumnix", "pd-disaggregation"])
+def test_a_design_that_moves_kv_without_pooling_keeps_its_link(system):
+    """Live migration and the prefill/decode hand-over send KV over the link with pooling off: configs on
+    different links are different points."""
+    configs = {as_simulated(system_config(system, cluster("llama2-7b", "A100-80GB-SXM", 4, link=link)))
+               for link in LINKS}
+    assert len(configs) == len(LINKS)
+
+
 def test_a_peer_call_costs_only_where_instances_pool():
     """A control-plane call on a peer (peer_call_s) slows Infinite-LLM, whose instances reserve and borrow on
     their peers, and is never made without pooling."""
