@@ -2,7 +2,6 @@
 import click
 
 from baselines.real_vllm.compare_config import CompareConfig
-from reference_impl.atomic import check_writable_file, write_json_atomic
 
 DEFAULTS = CompareConfig()
 
@@ -26,6 +25,7 @@ def compare_vllm(model, trace_id, num_requests, max_prompt_len, max_output_len, 
     """Greedy tokens and throughput of our engine and of real vLLM, same folder, same requests, one run."""
     from baselines.real_vllm.backend import check_vllm, vllm_python
     from baselines.real_vllm.compare import compare, format_table
+    from reference_impl.atomic import check_writable_file, write_json_atomic
 
     check_writable_file(out_path, "--out")
     if log_path:

@@ -3,7 +3,6 @@ import json
 
 import click
 
-from reference_impl.atomic import check_writable_file, write_json_atomic
 from repro.options import parse_int_list, seed_option
 
 LAYOUTS = {"MHA": (8, 8), "GQA": (8, 2), "MQA": (8, 1)}
@@ -83,6 +82,7 @@ def bench_attention(models, contexts, batches, dtype, backend, max_kv_gib, seed,
     speed ratio to torch SDPA on contiguous KV measured in the same run."""
     import torch
 
+    from reference_impl.atomic import check_writable_file, write_json_atomic
     from repro.attention.bench import MODEL_HEADS, run_attention_bench
     from repro.progress import live_bar, say
 

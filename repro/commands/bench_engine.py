@@ -4,7 +4,6 @@ from dataclasses import asdict, dataclass
 
 import click
 
-from reference_impl.atomic import check_writable_file, write_json_atomic
 from repro.options import parse_int_list, seed_option
 
 
@@ -35,6 +34,7 @@ def bench_engine(batches, instances, prompt_len, decode_steps, block_size, repea
     import numpy as np
     import torch
 
+    from reference_impl.atomic import check_writable_file, write_json_atomic
     from reference_impl.model.llama import TINY, random_model
     from repro.benchmarks.engine import contiguous_decode_tok_s, engine_decode
     from repro.progress import live_bar, say

@@ -12,7 +12,6 @@ from dataclasses import asdict
 
 import click
 
-from reference_impl.atomic import check_writable_file, write_text_atomic
 from reference_impl.errors import InputError
 
 
@@ -43,6 +42,7 @@ def bench_ray(model_spec, instance_counts, pooling, requests_per_instance, promp
     import ray
     import torch
 
+    from reference_impl.atomic import check_writable_file, write_text_atomic
     from reference_impl.backends.ray import RayConfig, init_ray
     from repro.benchmarks.ray_scaling import (ScalingRun, bench_model, load_average, pooled_workload, run_engine,
                                               run_independent, uniform_workload)

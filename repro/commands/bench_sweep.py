@@ -4,8 +4,6 @@ import json
 
 import click
 
-from reference_impl.atomic import check_writable_file, write_text_atomic
-
 
 @click.command("sweep")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
@@ -13,6 +11,7 @@ from reference_impl.atomic import check_writable_file, write_text_atomic
 def bench_sweep(out):
     """Per-point overhead of simulated points on Ray against the local pool (1 and 2 workers), and the quick figure
     set's task graph scheduled on 16, 64 and 256 cores."""
+    from reference_impl.atomic import check_writable_file, write_text_atomic
     from repro.benchmarks.sweep import bench
     from repro.progress import progress_log
 

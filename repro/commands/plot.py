@@ -1,6 +1,5 @@
 import click
 
-from reference_impl.atomic import check_writable_dir
 from repro.framework.registry import EXPERIMENTS, get_experiment
 
 
@@ -11,6 +10,7 @@ from repro.framework.registry import EXPERIMENTS, get_experiment
 @click.option("--figures-dir", type=click.Path(file_okay=False), default="figures", show_default=True)
 def plot(names, results_dir, figures_dir):
     """Draw figures (PNG and PDF) from saved results only."""
+    from reference_impl.atomic import check_writable_dir
     from repro.results import load_results
 
     check_writable_dir(figures_dir, "--figures-dir")

@@ -1,7 +1,6 @@
 import click
 
 from repro.exit_codes import exit_on_failed_requests
-from repro.framework.base import RunParams
 from repro.framework.registry import EXPERIMENTS, get_experiment
 from repro.options import seed_option
 
@@ -72,6 +71,7 @@ class RunCommand(click.Command):
 @click.option("--force", is_flag=True, help="Run again even if the result exists.")
 def run(name, backend, quick, seed, address, params, run_id, results_dir, force):
     """Run an experiment and write results/<experiment>/<run-id>/result.json."""
+    from repro.framework.base import RunParams
     from repro.progress import progress_log
     from repro.results import run_and_save
     from repro.serving.sweep import sweeps_points

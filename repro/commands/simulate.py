@@ -2,11 +2,9 @@ from dataclasses import asdict
 
 import click
 
-from reference_impl.atomic import check_writable_file, write_json_atomic
 from reference_impl.errors import InputError
 from reference_impl.calibration.links import DEFAULT_LINK, check_link
 from reference_impl.systems.catalog import DESIGN_NAMES
-from workloads import load_jsonl
 
 
 
@@ -32,10 +30,12 @@ def _check_link(_ctx, _param, value):
 @click.option("--out", default=None, type=click.Path(dir_okay=False), help="Write per-request metrics (JSON).")
 def simulate(workload_path, system, model, gpu, num_gpus, tp, link, out):
     """Serve a workload file on the simulated cluster and print its summary."""
+    from reference_impl.atomic import check_writable_file, write_json_atomic
     from reference_impl.sim.config import SimConfig, blocks_per_instance, sim_engine
     from reference_impl.sim.simulator import simulate as run_sim
     from reference_impl.systems.registry import cluster, system_config
     from repro.progress import progress
+    from workloads import load_jsonl
 
     if out:
         check_writable_file(out, "--out")  # before the run, not after it

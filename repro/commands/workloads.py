@@ -4,10 +4,8 @@ import math
 
 import click
 
-from reference_impl.atomic import check_writable_file
 from reference_impl.errors import InputError
 from repro.options import seed_option
-from workloads.io import load_jsonl, save_jsonl
 from workloads.paper_tables import DATASETS, DATASETS_SOURCE, TRACES, TRACES_SOURCE
 from workloads.sources.options import SOURCES, SourceOptions
 from workloads.tokens import make_token_counter
@@ -65,9 +63,11 @@ def list_(source, sharegpt_file, leval_file, tokenizer_path):
 def generate_cmd(trace_id, dataset_id, num_requests, rate_per_s, burstiness, seed, out_path, source, sharegpt_file,
                  leval_file, tokenizer_path):
     """Generate one trace or dataset and write it as JSONL (atomically)."""
+    from reference_impl.atomic import check_writable_file
     from repro.progress import progress
     from workloads import datasets, traces
     from workloads.generate import check_dataset_id, check_trace_id, generate, real_source
+    from workloads.io import save_jsonl
 
     if (trace_id is None) == (dataset_id is None):
         raise InputError("give exactly one of --trace N or --dataset N")
@@ -129,6 +129,7 @@ def stats(num_requests, seed, as_json, source, sharegpt_file, leval_file, tokeni
 def check(path):
     """Load a workload JSONL file, validate every line, and summarise it."""
     from repro.progress import progress
+    from workloads.io import load_jsonl
     from workloads.stats import context_lens
 
     requests = load_jsonl(path, progress=lambda lines, **kw: progress(lines, unit="line", **kw))
