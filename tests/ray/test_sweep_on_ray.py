@@ -1,10 +1,14 @@
 """Simulated points on a Ray cluster (repro/serving/executors.py RayCluster): on a local cluster of two worker
 nodes (ray.cluster_utils.Cluster), one node removed while the sweep runs, the points equal those run in this
-process: a lost node costs only the points it was running, which Ray runs again on the other.
+process: a lost node costs only the points it was running, which Ray runs again on the other. With $RAY_ADDRESS
+set and no --address, a run's points go to that cluster, joined the engine backend's way (init_ray, the packages
+shipped as py_modules).
 
 `xdist_group("ray")` keeps it on the pytest-xdist worker of the other Ray tests, so two Rays never compete."""
+import sys
 import threading
 import time
+from dataclasses import replace
 from functools import partial
 
 import pytest
@@ -14,8 +18,9 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from repro.experiments.e2e import GPU, _requests  # noqa: E402
 from repro.serving.executors import RayCluster  # noqa: E402
-from repro.serving.sweep import in_process, Sweep  # noqa: E402
-from repro.serving.tasks import PointTask, RequestSpec  # noqa: E402
+from repro.framework.base import RunParams  # noqa: E402
+from repro.serving.sweep import in_process, open_sweep, Sweep  # noqa: E402
+from repro.serving.tasks import PointTask, RequestSpec, run_point  # noqa: E402
 from reference_impl.sim.config import sim_engine  # noqa: E402
 from reference_impl.systems.registry import cluster  # noqa: E402
 
@@ -65,4 +70,32 @@ def test_a_node_lost_mid_sweep_costs_only_its_points_and_the_points_equal_this_p
     finally:
         ray.shutdown()
         local.shutdown()
+    assert _without_wall_times(points) == _without_wall_times(reference)
+
+
+def on_node(task) -> dict:
+    """The point, and the id of the Ray node it ran on."""
+    point = run_point(task.system, task.base, task.requests, task.rate_per_s, task.seed)
+    return {**point, "node": ray.get_runtime_context().get_node_id()}
+
+
+def test_with_ray_address_set_and_no_address_the_points_run_on_that_cluster(monkeypatch):
+    tasks = [replace(t, runner=on_node) for t in _tasks()[:4]]
+    here = in_process(lambda line: None)
+    reference = here.run(here.points([replace(t, runner=None) for t in tasks]))
+    local = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    worker = local.add_node(num_cpus=1)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # on_node: this module is not on the nodes
+    address = local.address
+    monkeypatch.setenv("RAY_ADDRESS", address)
+    lines = []
+    try:
+        with open_sweep(RunParams(extra={"workers": "1", "store": "off"}), lines.append, "env") as sweep:
+            points = sweep.run(sweep.points(tasks))
+        assert not ray.is_initialized()  # the sweep joined Ray itself, and left
+    finally:
+        ray.shutdown()
+        local.shutdown()
+    assert f"points on Ray at {address} (1 CPUs)" in lines[0]
+    assert {p.pop("node") for p in points} == {worker.node_id}
     assert _without_wall_times(points) == _without_wall_times(reference)
