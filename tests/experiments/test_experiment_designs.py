@@ -120,7 +120,7 @@ def test_bad_params_give_one_line_and_write_nothing(repro_cli, tmp_path, param, 
 
 def test_claim_rows_measure_declared_claims_and_mark_the_rest_not_yet_measured(quick):
     rows = claim_rows(quick)
-    infinite = [r for r in rows if r["claim_id"] == "design-infinite-llm"]
+    infinite = [r for r in rows if r["claim_id"] == "infinite-llm"]
     assert {r["metric"].split(", trace ")[1][0] for r in infinite} == {"0", "3"}  # one row per group run
     for r in infinite:
         g = next(g for g in quick["data"]["groups"] if f"trace {g['trace_id']}," in r["metric"])
@@ -130,6 +130,8 @@ def test_claim_rows_measure_declared_claims_and_mark_the_rest_not_yet_measured(q
     assert claim_rows(quick, absent)[0]["verdict"] == "not yet measured"
     assert "not in the catalog" in claim_rows(quick, absent)[0]["note"]
     assert set(CLAIMS) >= {"infinite-llm", "loongserve", "llumnix"}
+    undeclared = {r["claim_id"] for r in rows if r["verdict"] == "no claim"}
+    assert undeclared == set(DESIGNS) - set(CLAIMS) - {"vllm-m", "vllm-s"}
 
 
 def test_figure_shows_every_group_and_design_and_marks_rejections(quick, tmp_path):

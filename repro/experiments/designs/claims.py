@@ -16,6 +16,7 @@ from reference_impl.sim.config import with_engine
 from reference_impl.systems.catalog import DESIGNS
 
 LONG_TRACES = (3, 4, 5, 6, 7, 8)
+BASELINES = ("vllm-m", "vllm-s")  # the groups' baselines: no claim of their own
 BASE_COUNTERS = ("prefill_time_share", "remote_attn_kv_bytes", "kv_moved_bytes")
 
 
@@ -95,6 +96,11 @@ def claim_rows(result: dict, claims: dict = CLAIMS) -> list[dict]:
                                                         f"{_traces(claim.traces)}"))
             for g in groups if design in data["designs"] else ():
                 rows.append(measure(design, claim, g, data.get("arms", []), result["run_id"]))
+    for design in DESIGNS:
+        if design not in claims and design not in BASELINES:
+            rows.append({"claim_id": design, "figure": "", "metric": "its own headline claim",
+                         "paper": "", "paper_low": None, "paper_high": None, "reproduced": None, "unit": "",
+                         "note": "no claim declared in repro/experiments/designs/claims.py", "verdict": "no claim"})
     return rows
 
 
@@ -161,7 +167,7 @@ def not_measured(design: str, claim: DesignClaim, why: str) -> dict:
 
 def _row(design: str, claim: DesignClaim, where: str | None, value: float | None, note: str) -> dict:
     what = "max tput" if claim.metric == "max_tput" else "p99 TTFT ratio"
-    row = ClaimRow(f"design-{design}", f"{what} vs {claim.against.name}, {where or _traces(claim.traces)}",
+    row = ClaimRow(design, f"{what} vs {claim.against.name}, {where or _traces(claim.traces)}",
                    claim.paper, claim.low, claim.high, value, "x", note)
     verdict = "not yet measured" if value is None else "inside" if claim.low < value <= claim.high else "outside"
     return {**{k: getattr(row, k) for k in ClaimRow.__slots__}, "figure": claim.source, "verdict": verdict}
