@@ -3,10 +3,12 @@ give the figure set.
 
 1. Overhead: the same small sweep (OVERHEAD_SWEEP: 48 points of trace 0) through each executor with 1 and 2
    workers, twice on the same executor (the second run warm: workers started and imports done): points per
-   second, and wall x workers / points - mean CPU of a point (on a loaded machine this also holds the CPU the
-   workers did not get). Then EMPTY_POINTS points that simulate nothing (empty_point) on the warm executor: wall x
-   workers / points is what the executor costs a point (handing it out, shipping, scheduling, the result back),
-   set beside the median simulated point. Every run's points must equal this process's.
+   second, calls made (Ray hands short points out several to a call: executors.BATCH_S), and wall x workers /
+   points - mean CPU of a point (on a loaded machine this also holds the CPU the workers did not get). Then
+   EMPTY_POINTS points that simulate nothing (empty_point) one to a call on the warm executor: wall x workers /
+   points is what the executor costs a call (handing it out, shipping, scheduling, the result back), set beside
+   the median simulated point, alone and shared by the points of a call in the warm run. Every run's points must
+   equal this process's.
 2. The task graph of the quick figure set: GRAPH_EXPERIMENTS --quick run here with their graphs recorded (each
    point's CPU seconds and what it waited for), the figure set's other simulated experiments one node each
    (their CPU time), all experiments independent. From it, by list scheduling as the sweep hands out
@@ -79,6 +81,7 @@ def measure_executor(kind: str, workers: int, tasks: list, reference: list[dict]
             if _plain(points) != _plain(reference):
                 raise RuntimeError(f"{kind} with {workers} workers gave other points than this process")
             runs.append({"run": attempt, "wall_s": round(wall, 3), "points_per_s": round(len(tasks) / wall, 2),
+                         "calls": sweep.calls,
                          "point_cpu_s_median": round(statistics.median(cpu), 4),
                          "point_cpu_s_mean": round(statistics.mean(cpu), 4),
                          "overhead_per_point_s": round(wall * workers / len(tasks) - statistics.mean(cpu), 4),
@@ -87,11 +90,12 @@ def measure_executor(kind: str, workers: int, tasks: list, reference: list[dict]
                 f"{runs[-1]['overhead_per_point_s'] * 1e3:6.1f} ms a point beyond its "
                 f"{runs[-1]['point_cpu_s_mean'] * 1e3:.0f} ms of CPU (load {load})")
         empty = empty_tasks(tasks)
+        executor.batch_s = 0.0  # one call a point: what a call costs
         sweep = Sweep(executor, None, lambda line: None)
         t0 = time.perf_counter()
         sweep.run(sweep.points(empty))
         per_point = (time.perf_counter() - t0) * workers / len(empty)
-        log(f"{kind:<4} {workers} workers: {per_point * 1e3:.2f} ms a point that simulates nothing")
+        log(f"{kind:<4} {workers} workers: {per_point * 1e3:.2f} ms a call of a point that simulates nothing")
     finally:
         executor.close()
     return {"executor": kind, "workers": workers, "start_s": round(started_s, 3), "runs": runs,
@@ -110,6 +114,8 @@ def measure_overheads(log) -> dict:
     median = statistics.median(cpu)
     for row in rows:
         row["empty_point_share_of_median"] = round(row["empty_point_s"] / median, 4)
+        warm = row["runs"][-1]  # short points batched: the cost of a call shared by the points it carried
+        row["overhead_share_of_median_batched"] = round(row["empty_point_s"] * warm["calls"] / len(tasks) / median, 4)
     return {"sweep": {**OVERHEAD_SWEEP, "points": len(tasks)}, "this_process_s": round(here_s, 3),
             "point_cpu_s_median": round(median, 4), "empty_points": EMPTY_POINTS, "executors": rows}
 

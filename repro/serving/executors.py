@@ -19,8 +19,8 @@ import repro
 import workloads
 
 MAX_RETRIES = 5  # runs of a point again after its worker (Ray: or node) died
-# Ray costs 5-7 ms a task here (results/bench/sweep.json): points expected to take less than this together run as
-# one task, so that cost stays a few percent of the points' own
+# A call to another process costs 1-10 ms here, a Ray task 4-7 ms (results/bench/sweep.json): points expected to
+# take less than this together run as one call, so that cost stays a few percent of the points' own
 BATCH_S = 0.5
 SLOTS_REFRESH_S = 5.0  # a Ray cluster's CPUs are read again this often (nodes come and go)
 
@@ -46,8 +46,9 @@ class InProcess:
 class LocalPool:
     """A process pool of `workers` processes (spawned: the parent may have torch and its threads loaded). A worker
     that dies breaks Python's pool and every call it holds: the pool is started again and those calls resubmitted
-    (MAX_RETRIES each), so a dead worker costs only the points it was running."""
-    batch_s = 0.0
+    (MAX_RETRIES each), so a dead worker costs only the points it was running. Short points go several to a call
+    (batch_s), as on Ray."""
+    batch_s = BATCH_S
 
     def __init__(self, workers: int):
         self.slots = workers
@@ -109,7 +110,7 @@ class LocalPool:
 
 
 def run_batch(calls: list) -> list:
-    """Several (fn, arg) calls as one task (RayCluster.batch_s): [(result, None) or (None, exception)] in order."""
+    """Several (fn, arg) calls as one (an executor's batch_s): [(result, None) or (None, exception)] in order."""
     out = []
     for fn, arg in calls:
         try:
