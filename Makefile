@@ -195,3 +195,14 @@ fig-designs: $(STAMP)
 	$(BIN)/repro run --experiment designs $(RUN_FLAGS) $(ON_CLUSTER) $(DESIGNS_PARAMS)
 	$(BIN)/repro plot --experiment designs
 	$(BIN)/repro report
+
+# The figure set on a Ray cluster (ADDRESS=HOST:PORT or auto; docs/figures.md): the five experiments with simulated
+# points start at once (one driver each, make -j), so all their points share the cluster; then the rest, which
+# are arithmetic or measure this machine, and the report
+SIM_FIGURES := fig9 fig10 fig8-distkv sensitivity fig10-distkv
+.PHONY: figures-cluster
+figures-cluster: $(STAMP)
+	@test -n "$(ADDRESS)" || { echo "make figures-cluster needs ADDRESS=HOST:PORT (or auto)" >&2; exit 2; }
+	$(MAKE) -j $(words $(SIM_FIGURES)) $(SIM_FIGURES)
+	$(MAKE) fig1 fig7 fig11 fig12 fig9-distkv fig12-distkv fig13-lamina
+	$(BIN)/repro report
