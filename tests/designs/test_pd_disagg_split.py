@@ -96,14 +96,12 @@ def test_two_gpus_make_one_prefill_and_one_decode_instance():
 def test_the_workload_knob_moves_the_split_and_the_trace_free_default_is_used_without_it():
     base = cluster("llama2-7b", GPU, 8)
     reqs = [Request(i, 0.0, 2000, 20, "t") for i in range(4)]
-    assert shape_of(reqs) == replace(shape(2000, 20), mean_decode_context_tokens=2010)
+    assert shape_of(reqs) == shape(2000, 20)
     tail = [Request(i, 0.0, 10 if i else 5000, 10, "t") for i in range(200)]  # 1 in 200: above the 99th percentile
     assert shape_of(tail).long_context_tokens == 20
-    # a slot's mean context over decode steps, by hand: (199 x 10 x (10 + 5) + 10 x (5000 + 5)) / (200 x 10)
-    assert shape_of(tail).decode_context_tokens == (199 * 10 * 15 + 10 * 5005) / 2000
     knobs = PDKnobs(workload=shape_of(reqs))
     with_trace = split_of(system_config("pd-disaggregation", replace(base, design_knobs=knobs)))
-    assert with_trace == best("llama2-7b", 8, shape_of(reqs)).split
+    assert with_trace == best("llama2-7b", 8, shape(2000, 20)).split
     default = system_config("pd-disaggregation", base)
     assert default.design_knobs.workload == default_shape(base)
     assert split_of(default) == search_split(base, 8, default_shape(base)).split
@@ -115,9 +113,3 @@ def test_a_split_that_cannot_be_made_is_one_clear_error():
                                                    design_knobs=PDKnobs(num_prefill=4)))
     with pytest.raises(InputError, match="no requests"):
         shape_of([])
-
-
-def test_slots_holding_longer_contexts_over_the_decode_steps_move_gpus_to_decode():
-    light = shape(300, 130)
-    heavy = replace(light, mean_decode_context_tokens=4000)  # a few long requests hold their slots longest
-    assert best("llama2-7b", 8, heavy).split.decode_gpus > best("llama2-7b", 8, light).split.decode_gpus

@@ -15,20 +15,11 @@ PREFILL_BATCH_TOKENS = 8192
 
 @dataclass(frozen=True, slots=True)
 class WorkloadShape:
-    """What the split search reads of a workload: mean prompt and output lengths (tokens); a long context (the
-    LONG_QUANTILE of the workload's contexts), which the split's instances should hold whole (pooling is off); and
-    the mean context a decode slot holds over the decode steps (each request's prompt + output/2, weighted by its
-    output: a long request holds its slot for more steps; None: the means' prompt + output/2)."""
+    """What the split search reads of a workload: mean prompt and output lengths (tokens), and a long context (the
+    LONG_QUANTILE of the workload's contexts), which the split's instances should hold whole (pooling is off)."""
     mean_prompt_tokens: float
     mean_output_tokens: float
     long_context_tokens: int
-    mean_decode_context_tokens: float | None = None
-
-    @property
-    def decode_context_tokens(self) -> float:
-        if self.mean_decode_context_tokens is not None:
-            return self.mean_decode_context_tokens
-        return self.mean_prompt_tokens + self.mean_output_tokens / 2
 
     def __post_init__(self):
         if not (self.mean_prompt_tokens >= 1 and self.mean_output_tokens >= 1):
@@ -44,8 +35,7 @@ def shape_of(requests) -> WorkloadShape:
     prompts = [r.prompt_len for r in requests]
     outputs = [r.output_len for r in requests]
     return WorkloadShape(sum(prompts) / len(prompts), sum(outputs) / len(outputs),
-                         _quantile([p + o for p, o in zip(prompts, outputs)]),
-                         sum(o * (p + o / 2) for p, o in zip(prompts, outputs)) / sum(outputs))
+                         _quantile([p + o for p, o in zip(prompts, outputs)]))
 
 
 def _quantile(values: list[int]) -> int:

@@ -9,7 +9,7 @@ prefill pool) when any does:
     prefill pool = instances x prompts/s of one instance, at the mean prompt, in a step of as many prompts as its
                    KV holds, at most the batch cap and the prefill token budget (knobs.PREFILL_BATCH_TOKENS)
     decode pool  = instances x B / step time / mean output, B the largest batch the decode instance's KV holds at
-                   the mean context of a decode slot (WorkloadShape.decode_context_tokens), at most the batch cap
+                   the mean decode context (prompt + output/2), at most the batch cap
     max throughput = the smaller of the two (the bottleneck side decides)
 Instance shapes: tp in 1, 2, 4, 8 up to a node; pipeline stages (pp > 1) only past a node (tp = GPUs per node);
 each shape must be profiled and leave room for KV."""
@@ -114,7 +114,7 @@ def estimate(split: Split, shape: WorkloadShape, prefill_model: CalibratedPerfMo
     prompts = max(1, min(max_batch_size, prefill_cap // prompt, (batch_tokens or prefill_cap) // prompt))
     prefill_s = step_time_s(prefill_model, InstanceLoad(0, 0, prefill_tokens=prompts * prompt,
                                                         prefill_attn_pairs=prompts * causal_prefill_pairs(prompt)))
-    context = max(1, round(shape.decode_context_tokens))
+    context = max(1, round(shape.mean_prompt_tokens + shape.mean_output_tokens / 2))
     decode_cap = decode_model.memory.kv_capacity_tokens
     batch = min(max_batch_size, decode_cap // context)
     decode_tok_s = batch / step_time_s(decode_model, InstanceLoad(batch, batch * context)) if batch else 0.0
