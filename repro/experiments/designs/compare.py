@@ -5,7 +5,7 @@ import numpy as np
 
 from repro.serving.plateau import median_by_rate
 
-COMMON_LOAD = 0.5  # the common rate: this share of the weakest design's saturation (a rate of the grid)
+COMMON_LOAD = 0.5  # the common rate: the grid rate nearest this share of the weakest design's saturation
 LATENCIES = ("p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s")
 COUNTS = ("num_preemptions", "num_rejected", "num_moved_blocks")
 
@@ -30,8 +30,9 @@ def group_comparison(record: dict, failed: dict, designs: tuple[str, ...]) -> di
     ran = [d for d in designs if d in plateau]
     saturation = record.get("saturation_per_s") or {}
     common = None
-    if ran:
-        common = grid_rate(record["rates_per_s"], COMMON_LOAD * min(saturation[d] for d in ran))
+    if ran:  # the weakest of the designs that reject no request here (one that does saturates on fewer tokens)
+        whole = [d for d in ran if not any(p["num_rejected"] for p in record["points"] if p["system"] == d)]
+        common = grid_rate(record["rates_per_s"], COMMON_LOAD * min(saturation[d] for d in whole or ran))
     rows = {}
     for d in designs:
         if d in failed or d not in plateau:
