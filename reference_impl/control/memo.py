@@ -26,9 +26,10 @@ class Changes:
     """How many times one engine's state changed: `memory` (any of its rManagers' blocks, reservations, counts,
     moves, entries) and `queues` (any of its schedulers' waiting and running requests, a blocked head). The engine
     owns it and gives it to its rManagers and schedulers, which count every change inline (a hot path) and add
-    their instance to `changed_rms` / `changed_queues`; `flush` hands those to every reader."""
+    their instance to `changed_rms` / `changed_queues`; `flush` hands those to every reader. `homes`: the home
+    instance of each request of the rManagers sharing it (RManager.home_of reads it instead of every peer)."""
 
-    __slots__ = ("memory", "queues", "changed_rms", "changed_queues", "_readers")
+    __slots__ = ("memory", "queues", "changed_rms", "changed_queues", "_readers", "homes")
 
     def __init__(self):
         self.memory = 0
@@ -36,6 +37,7 @@ class Changes:
         self.changed_rms: set[int] = set()
         self.changed_queues: set[int] = set()
         self._readers: list[ChangeReader] = []
+        self.homes: dict[int, int] = {}
 
     def reader(self, num_instances: int, *, memory: bool = True, queues: bool = True) -> ChangeReader:
         """A reader of the changes of instances 0..num_instances-1 from now on."""

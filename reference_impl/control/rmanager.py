@@ -171,12 +171,14 @@ class RManager(Borrowing, KVMoves):
             return self.inst_id
         if req_id in self._remote_homes:
             return self._remote_homes[req_id]
-        for inst_id, rm in self.peers.items():
-            if inst_id != self.inst_id and req_id in rm.tables:
-                if self.hosted.get(req_id):
-                    self._remote_homes[req_id] = inst_id  # known while blocks of it stay here
-                return inst_id
-        return self.inst_id
+        home = self.changes.homes.get(req_id)  # (every peer's requests, where the peers share `changes`)
+        if home is None:
+            home = next((i for i, rm in self.peers.items() if i != self.inst_id and req_id in rm.tables), None)
+        if home is None or home == self.inst_id:
+            return self.inst_id
+        if self.hosted.get(req_id):
+            self._remote_homes[req_id] = home  # known while blocks of it stay here
+        return home
 
     def note_home(self, req_id: int, home: int) -> None:
         """Remember a remote request's home, as the home reserves room here (a peer in another process cannot
@@ -228,6 +230,7 @@ class RManager(Borrowing, KVMoves):
     # --- home side
     def add_request(self, req_id: int) -> None:
         self.tables[req_id] = []
+        self.changes.homes[req_id] = self.inst_id
         self.holders_by_req[req_id] = {}
         self._touch(req_id)
 
@@ -272,7 +275,10 @@ class RManager(Borrowing, KVMoves):
         return block
 
     def free_request(self, req_id: int) -> None:
-        self._release_at_holders(self.tables.pop(req_id, []))
+        table = self.tables.pop(req_id, [])
+        if self.changes.homes.get(req_id) == self.inst_id:
+            del self.changes.homes[req_id]
+        self._release_at_holders(table)
         for inst_id, n in self.holders_by_req.pop(req_id, {}).items():
             self._count_totals(inst_id, -n)
         self.cancel_moves(req_id)
