@@ -143,8 +143,13 @@ sensitivity: $(STAMP)
 # add the calibrated A100 numbers; motivation and migration are cost-model arithmetic (seconds).
 .PHONY: figures fig1 fig2 fig11 fig12 fig7-distkv fig9-distkv fig10-distkv fig11-distkv fig12-distkv fig13-lamina
 
-figures: fig1 fig2 fig7 fig9 fig10 sensitivity fig11 fig12 fig8-distkv fig9-distkv fig10-distkv fig11-distkv fig12-distkv fig13-lamina
-	$(BIN)/repro report
+# All of the above in one process (repro figures; docs/figures.md): the simulated experiments' points on one sweep
+# (a point two of them share runs once), then the arithmetic ones and the local measurements (kept when their
+# result exists: RUN_FLAGS="--force --remeasure" measures again), every figure and the report.
+# FIGURES_PARAMS="--param e2e.seeds=5 --param workers=2": one experiment's keys, or the sweep's
+FIGURES_PARAMS ?=
+figures: $(STAMP)
+	$(BIN)/repro figures $(RUN_FLAGS) $(ON_CLUSTER) $(FIGURES_PARAMS)
 
 fig1: $(STAMP)
 	$(BIN)/repro run --experiment motivation $(RUN_FLAGS)
@@ -196,13 +201,9 @@ fig-designs: $(STAMP)
 	$(BIN)/repro plot --experiment designs
 	$(BIN)/repro report
 
-# The figure set on a Ray cluster (ADDRESS=HOST:PORT or auto; docs/figures.md): the five experiments with simulated
-# points start at once (one driver each, make -j), so all their points share the cluster; then the rest, which
-# are arithmetic or measure this machine, and the report
-SIM_FIGURES := fig9 fig10 fig8-distkv sensitivity fig10-distkv
+# The figure set on a Ray cluster (ADDRESS=HOST:PORT or auto; docs/figures.md): make figures, every simulated point
+# of the set submitted to that cluster at once
 .PHONY: figures-cluster
 figures-cluster: $(STAMP)
 	@test -n "$(ADDRESS)" || { echo "make figures-cluster needs ADDRESS=HOST:PORT (or auto)" >&2; exit 2; }
-	$(MAKE) -j $(words $(SIM_FIGURES)) $(SIM_FIGURES)
-	$(MAKE) fig1 fig7 fig11 fig12 fig9-distkv fig12-distkv fig13-lamina
-	$(BIN)/repro report
+	$(MAKE) figures

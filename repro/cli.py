@@ -13,6 +13,8 @@ COMMANDS = {
                   "Fit the cost model's coefficients to real A100/H100 profiles and print the fit error per curve."),
     "compare-vllm": ("baselines.real_vllm.cli:compare_vllm",
                      "Greedy tokens and throughput of our engine and of real vLLM, same folder, same requests, one run."),
+    "figures": ("repro.commands.figures:figures",
+                "The figure set at once: its simulated points on one sweep, every figure, and the report."),
     "generate": ("repro.commands.generate:generate",
                  "Greedy generation on the local backend; prints the tokens and where each request's rBlocks ended up."),
     "plot": ("repro.commands.plot:plot", "Draw figures (PNG and PDF) from saved results only."),

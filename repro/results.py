@@ -2,7 +2,7 @@
 import json
 import re
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from functools import cache
 from importlib import metadata, resources
 from pathlib import Path
@@ -78,9 +78,20 @@ def _same_run(path: Path, params: RunParams, changed: dict) -> str | None:
     return "; ".join(diff) or None
 
 
-def run_and_save(exp: Experiment, params: RunParams, results_dir: str | Path, *, force: bool = False,
-                 run_id: str | None = None, log=print) -> tuple[Path, bool]:
-    """Run `exp` unless the same run's result exists (or `force`); returns (path, ran).
+@dataclass(frozen=True, slots=True)
+class PlannedRun:
+    """A run `plan_run` found to do: its experiment, typed params, the overrides that name it, and where it goes."""
+
+    exp: Experiment
+    params: RunParams
+    changed: dict
+    run_id: str
+    path: Path
+
+
+def plan_run(exp: Experiment, params: RunParams, results_dir: str | Path, *, force: bool = False,
+             run_id: str | None = None, log=print, again: str = "--force") -> tuple[Path, PlannedRun | None]:
+    """(the result's path, the run to do or None when the same run's result exists and not `force`).
 
     A non-default `--param` makes another run: its id ends with a hash of the changed values. An existing result
     made with other params under the same id (an explicit `run_id`) is an error, never a silent skip."""
@@ -92,20 +103,35 @@ def run_and_save(exp: Experiment, params: RunParams, results_dir: str | Path, *,
         differs = _same_run(path, params, changed)
         if differs:
             raise InputError(f"{path} holds another run ({differs}); use --force to replace it or another --run-id")
-        log(f"{path} exists; skipped (use --force to run again)")
-        return path, False
+        log(f"{path} exists; skipped (use {again} to run again)")
+        return path, None
     check_writable_dir(path.parent, "--results-dir")
     if changed:
         log(f"{exp.name}: run {run_id} with " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
-    start = time.perf_counter()
-    data = exp.run(params, log)
-    result = {"experiment": exp.name, "run_id": run_id, "figures": list(exp.figures),
-              "params": {**asdict(params), "overrides": changed},
-              "wall_s": round(time.perf_counter() - start, 3), "repro_version": _version(), "data": data}
+    return path, PlannedRun(exp, params, changed, run_id, path)
+
+
+def save_run(planned: PlannedRun, data: dict, wall_s: float) -> Path:
+    """Write `planned`'s result (its `data`, validated against the experiment's schema) atomically."""
+    exp = planned.exp
+    result = {"experiment": exp.name, "run_id": planned.run_id, "figures": list(exp.figures),
+              "params": {**asdict(planned.params), "overrides": planned.changed},
+              "wall_s": round(wall_s, 3), "repro_version": _version(), "data": data}
     result = json.loads(json.dumps(result, default=str))
     validate_result(result, exp.schema, where=f"the new {exp.name} result")
-    write_json_atomic(path, result)
-    return path, True
+    write_json_atomic(planned.path, result)
+    return planned.path
+
+
+def run_and_save(exp: Experiment, params: RunParams, results_dir: str | Path, *, force: bool = False,
+                 run_id: str | None = None, log=print) -> tuple[Path, bool]:
+    """Run `exp` unless the same run's result exists (or `force`); returns (path, ran). See plan_run."""
+    path, planned = plan_run(exp, params, results_dir, force=force, run_id=run_id, log=log)
+    if planned is None:
+        return path, False
+    start = time.perf_counter()
+    data = exp.run(planned.params, log)
+    return save_run(planned, data, time.perf_counter() - start), True
 
 
 def load_results(results_dir: str | Path, exp: Experiment) -> list[dict]:

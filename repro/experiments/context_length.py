@@ -19,7 +19,7 @@ from repro.framework.base import ClaimRow, Experiment, default_run_id
 from repro.framework.figures import main_result, plt, save, sns
 from repro.framework.params import LINK_HELP, Param, link
 from repro.serving.plots import PALETTE
-from repro.serving.sweep import open_sweep, sweep_params
+from repro.serving.sweep import run_in_sweep, sweep_params
 from repro.serving.tasks import typed
 from workloads.request import Request
 
@@ -59,6 +59,10 @@ def decode_tok_s(config, context: int, batch: int) -> tuple[float | None, int]:
 
 
 def run(params, log) -> dict:
+    return run_in_sweep(typed("context-length", PARAMS, params), log, "context-length", on_sweep)
+
+
+async def on_sweep(params, log, sweep) -> dict:
     params = typed("context-length", PARAMS, params)
     settings = SETTINGS[:2] if params.quick else SETTINGS
     link = params.extra.get("link", DEFAULT_LINK)
@@ -80,9 +84,8 @@ def run(params, log) -> dict:
                 batch = largest_batch(config, context) if context <= limits[system] else 0
                 todo.append((row, label, context, system, batch,
                              partial(decode_tok_s, config, context, batch) if batch else None))
-    with open_sweep(params, log, "context-length") as sweep:
-        done = sweep.run(sweep.gather(*(_decode(sweep, job, f"{row['model']} {row['num_gpus']} GPUs {label} {system}",
-                                                batch * context) for row, label, context, system, batch, job in todo)))
+    done = await sweep.gather(*(_decode(sweep, job, f"{row['model']} {row['num_gpus']} GPUs {label} {system}",
+                                            batch * context) for row, label, context, system, batch, job in todo))
     for (row, label, context, system, batch, _), (tok_s, finished) in zip(todo, done):
         log(f"{row['model']} {row['num_gpus']} GPUs {label:>16} {context:>9} tokens {system:<13} batch {batch:>5} "
             f"{'-' if tok_s is None else f'{tok_s:10.1f}'} tok/s")
@@ -134,4 +137,4 @@ def plot(results, figures_dir) -> list[str]:
 
 
 EXPERIMENT = Experiment("context-length", ("infinite-llm Fig 9", "distkv-llm Fig 7"), "context_length.schema.json",
-                        run, default_run_id, plot=plot, claims=claims, params=PARAMS)
+                        run, default_run_id, plot=plot, claims=claims, params=PARAMS, on_sweep=on_sweep)

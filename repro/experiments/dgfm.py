@@ -23,7 +23,7 @@ from reference_impl.sim.simulator import simulate
 from repro.framework.base import ClaimRow, Experiment, default_run_id
 from repro.framework.figures import main_result, new_figure, save, sns
 from repro.framework.params import Param, positive_float, positive_int
-from repro.serving.sweep import open_sweep, sweep_params
+from repro.serving.sweep import run_in_sweep, sweep_params
 from repro.serving.tasks import typed
 from workloads.request import Request
 
@@ -105,6 +105,10 @@ def seeded_arm(label: str, dgfm: bool, exclusive_roles: bool, capacity_tokens: i
 
 
 def run(params, log) -> dict:
+    return run_in_sweep(typed("dgfm", PARAMS, params), log, "dgfm", on_sweep)
+
+
+async def on_sweep(params, log, sweep) -> dict:
     params = typed("dgfm", PARAMS, params)
     size = QUICK if params.quick else FULL
     duration_s = params.extra.get("duration_s") or size["duration_s"]
@@ -112,8 +116,7 @@ def run(params, log) -> dict:
     capacity = blocks_per_instance(SETTING) * SETTING.engine.block_size * SETTING.engine.num_instances
     jobs = [(seed, label, partial(seeded_arm, label, dgfm, exclusive, capacity, duration_s, size["bin_s"], seed))
             for seed in seeds for label, dgfm, exclusive in ARMS]
-    with open_sweep(params, log, "dgfm") as sweep:
-        arms = sweep.run(sweep.gather(*(sweep.job(job, f"seed {seed} {label}") for seed, label, job in jobs)))
+    arms = await sweep.gather(*(sweep.job(job, f"seed {seed} {label}") for seed, label, job in jobs))
     for arm in arms:
         end = arm["rounds"][-1] if arm["rounds"] else {"swaps": 0, "debt_cycles": 0}
         log(f"seed {arm['seed']} {arm['arm']:<16}: {arm['num_finished']:3d} finished, {end['swaps']:3d} swaps, "
@@ -166,4 +169,4 @@ def plot(results, figures_dir) -> list[str]:
 
 
 EXPERIMENT = Experiment("dgfm", ("distkv-llm Fig 10",), "dgfm.schema.json", run, default_run_id, plot=plot,
-                        claims=claims, params=PARAMS)
+                        claims=claims, params=PARAMS, on_sweep=on_sweep)

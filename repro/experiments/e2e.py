@@ -13,7 +13,7 @@ from functools import partial
 
 from repro.framework.base import ClaimRow, Experiment, default_run_id
 from repro.framework.params import LINK_HELP, Param, fraction, int_list, link
-from repro.serving.sweep import open_sweep, sweep_params
+from repro.serving.sweep import run_in_sweep, sweep_params
 from repro.serving.tasks import typed, workload
 from repro.serving.curves import LONG_PROBE_FRACTION, CurveGroup, curves
 from repro.serving.claims import claim_note
@@ -97,10 +97,14 @@ def run(params, log) -> dict:
     if params.backend == "vllm":  # real vLLM-M vs our local engine at CPU scale: baselines/real_vllm/e2e.py
         from baselines.real_vllm.e2e import run as run_real
         return run_real(params, log)
+    return run_in_sweep(params, log, "e2e", on_sweep)
+
+
+async def on_sweep(params, log, sweep) -> dict:
+    params = typed("e2e", PARAMS, params)
     link, source = params.extra["link"], params.extra["source"]
     todo = curve_groups(params, sizes(params), link=link, source=source)
-    with open_sweep(params, log, "e2e") as sweep:
-        out = sweep.run(curves(todo, seeds_of(params), sweep))
+    out = await curves(todo, seeds_of(params), sweep)
     return {"gpu": GPU, "link": link, "source": source, "groups": out}
 
 
@@ -133,4 +137,5 @@ def _not_vllm(results):
 
 
 EXPERIMENT = Experiment("e2e", ("infinite-llm Fig 10a", "infinite-llm Fig 10b"), "serving.schema.json", run,
-                        default_run_id, plot=plot, claims=claims, backends=("sim", "ray", "vllm"), params=PARAMS)
+                        default_run_id, plot=plot, claims=claims, backends=("sim", "ray", "vllm"), params=PARAMS,
+                        on_sweep=on_sweep)

@@ -12,7 +12,7 @@ from repro.framework.figures import main_result
 from repro.framework.params import LINK_HELP, Param, fraction, int_list, link
 from repro.serving.claims import claim_note
 from repro.serving.plots import plot_curves
-from repro.serving.sweep import open_sweep, sweep_params
+from repro.serving.sweep import run_in_sweep, sweep_params
 from repro.serving.tasks import typed, workload
 from repro.serving.curves import LONG_PROBE_FRACTION, CurveGroup, curves
 from reference_impl.calibration.links import DEFAULT_LINK
@@ -42,6 +42,10 @@ def _requests(dataset_id: int, num_requests: int, source: str, rate_per_s: float
 
 
 def run(params, log) -> dict:
+    return run_in_sweep(typed("e2e-datasets", PARAMS, params), log, "e2e-datasets", on_sweep)
+
+
+async def on_sweep(params, log, sweep) -> dict:
     params = typed("e2e-datasets", PARAMS, params)
     size = QUICK if params.quick else FULL
     n = params.extra.get("num_requests") or size["num_requests"]
@@ -57,8 +61,7 @@ def run(params, log) -> dict:
                                f"dataset {dataset_id} {model} {row.num_gpus} GPUs",
                                probe_fraction=params.extra["probe_fraction"]))
     seeds = tuple(params.seed + i for i in range(max(1, params.extra["seeds"])))
-    with open_sweep(params, log, "e2e-datasets") as sweep:
-        groups = sweep.run(curves(todo, seeds, sweep))
+    groups = await curves(todo, seeds, sweep)
     return {"gpu": GPU, "link": link, "source": source, "groups": groups}
 
 
@@ -79,4 +82,4 @@ def plot(results, figures_dir) -> list[str]:
 
 
 EXPERIMENT = Experiment("e2e-datasets", ("distkv-llm Fig 8",), "serving.schema.json", run, default_run_id,
-                        plot=plot, claims=claims, params=PARAMS)
+                        plot=plot, claims=claims, params=PARAMS, on_sweep=on_sweep)

@@ -47,6 +47,9 @@ class Experiment:
     claims: Callable[[list[dict]], list[ClaimRow]] | None = None
     backends: tuple[str, ...] = ("sim",)
     params: tuple = ()  # the `--param` keys it takes (repro/framework/params.py Param); (): none
+    # async (params, log, sweep) -> data: its simulated points on a caller's sweep (repro/serving/sweep.py), so
+    # several experiments share one (repro figures); None: it runs no sweep
+    on_sweep: Callable | None = None
 
 
 def default_run_id(params: RunParams) -> str:

@@ -15,6 +15,7 @@ import asyncio
 import bisect
 import heapq
 import itertools
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
@@ -248,12 +249,27 @@ def open_sweep(params, log, desc: str):
         with (take or live_bar)(desc=f"{desc} points", unit="point") as bar:
             sweep = Sweep(executor, store, log, bar, experiment=desc)
             yield sweep
-        log(f"{desc}: {sweep.counts['run']} points run, {sweep.counts['stored']} from the store, "
-            f"{sweep.counts['shared']} shared within the run")
+        for line in counts_lines(sweep.graph.nodes) or [f"{desc}: 0 points run, 0 from the store, 0 shared "
+                                                        f"within the run"]:
+            log(line)
         if params.extra.get("graph"):
             write_json_atomic(params.extra["graph"], sweep.graph.to_json())
     finally:
         executor.close()
+
+
+def counts_lines(nodes) -> list[str]:
+    """Per experiment on the sweep: its points run, read from the store, and shared with a point run this run."""
+    how = Counter((n.experiment, n.how) for n in nodes)
+    return [f"{name}: {how[name, 'run']} points run, {how[name, 'stored']} from the store, {how[name, 'shared']} "
+            f"shared within the run" for name in dict.fromkeys(n.experiment for n in nodes)]
+
+
+def run_in_sweep(params, log, desc: str, on_sweep) -> dict:
+    """`on_sweep(params, log, sweep)` (an experiment's points, awaited: Experiment.on_sweep) run to its end on a
+    sweep of its own."""
+    with open_sweep(params, log, desc) as sweep:
+        return sweep.run(on_sweep(params, log, sweep))
 
 
 def run_tasks(tasks: list[PointTask], log, sweep=None) -> list[dict]:

@@ -11,6 +11,13 @@ import contextvars
 from dataclasses import asdict, dataclass, field
 
 _FRONTIER = contextvars.ContextVar("sweep_frontier", default=frozenset())
+_EXPERIMENT = contextvars.ContextVar("sweep_experiment", default="")
+
+
+async def as_experiment(name: str, coro):
+    """`coro` awaited with the points it submits counted as experiment `name`'s (several on one sweep)."""
+    _EXPERIMENT.set(name)
+    return await coro
 
 
 @dataclass(slots=True)
@@ -33,7 +40,7 @@ class TaskGraph:
         self._node_of: dict[int, int] = {}  # id(point dict) -> node id
 
     def add(self, label: str, system: str, rate_per_s: float, seed: int, how: str) -> Node:
-        node = Node(len(self.nodes), self.experiment, label, system, rate_per_s, seed, 0.0, how,
+        node = Node(len(self.nodes), _EXPERIMENT.get() or self.experiment, label, system, rate_per_s, seed, 0.0, how,
                     sorted(_FRONTIER.get()))
         self.nodes.append(node)
         return node

@@ -40,7 +40,7 @@ from repro.experiments.e2e import GPU, PAPER, curve_groups, sizes
 from repro.experiments.sensitivity.plot import plot_sensitivity
 from repro.framework.figures import main_result
 from repro.framework.params import Param, int_list
-from repro.serving.sweep import open_sweep, sweep_params
+from repro.serving.sweep import run_in_sweep, sweep_params
 from repro.serving.tasks import PointTask, run_point, typed
 from repro.serving.curves import CurveGroup, find_saturation, probe_spec
 from repro.serving.plateau import Climb, climbs_to_plateau, max_tput_tok_s, reaches_plateau
@@ -161,6 +161,10 @@ def cap_twin_point(twin_points: dict, twin_cap: int, task: PointTask) -> dict | 
 
 
 def run(params, log) -> dict:
+    return run_in_sweep(typed("sensitivity", PARAMS, params), log, "sensitivity", on_sweep)
+
+
+async def on_sweep(params, log, sweep) -> dict:
     params = typed("sensitivity", PARAMS, params)
     size = dict(QUICK if params.quick else FULL)
     size.update({k: params.extra[k] for k in size if params.extra.get(k) is not None})
@@ -176,8 +180,7 @@ def run(params, log) -> dict:
         arms += [(inp, value, label, g, arm_group(g, inp, value)) for value, label in ARMS[inp] for g in base_groups]
     seeds = tuple(params.seed + i for i in range(size["seeds"]))
     owner = owners([a[4] for a in arms])
-    with open_sweep(params, log, "sensitivity") as sweep:
-        climbed = sweep.run(climb_arms(arms, owner, cap_twins(arms), seeds, sweep))
+    climbed = await climb_arms(arms, owner, cap_twins(arms), seeds, sweep)
     per_seed = [[{s: climbed[o][k] for s, o in own.items()} for own in owner] for k in range(len(seeds))]
     twins = cap_twins(arms)
     copied = sum(p["wall_s"] == 0.0 for i in twins for groups in per_seed for s, g in groups[i].items()
@@ -321,4 +324,4 @@ def plot(results, figures_dir) -> list[str]:
 
 
 EXPERIMENT = Experiment("sensitivity", ("infinite-llm Fig 10 (sensitivity)",), "sensitivity.schema.json", run,
-                        default_run_id, plot=plot, claims=claims, params=PARAMS)
+                        default_run_id, plot=plot, claims=claims, params=PARAMS, on_sweep=on_sweep)

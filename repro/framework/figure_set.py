@@ -1,0 +1,84 @@
+"""The figure set in one process (`repro figures`, `make figures`): every experiment whose points run on a sweep
+(Experiment.on_sweep) on ONE sweep (one executor, store, bar and key table: a point two experiments share runs
+once, independent groups of all of them interleave), then the others here, then every figure and one report.
+
+    paths = run_set(FIGURE_SET, SetOptions(quick=True), log)
+
+A result that exists is kept unless `force` (the simulated and arithmetic ones: their points come from the store)
+or `remeasure` (those measured on this machine: --backend local)."""
+import time
+from dataclasses import dataclass, field
+
+from repro.framework.base import RunParams
+from repro.framework.registry import get_experiment
+from repro.results import PlannedRun, load_results, plan_run, save_run
+from repro.serving.sweep import open_sweep
+from repro.serving.task_graph import as_experiment
+
+# (experiment, backend), as `make figures` ran them one by one; designs joins once it has on_sweep
+FIGURE_SET = (("motivation", "sim"), ("perf-model", "sim"), ("context-length", "sim"), ("e2e", "sim"),
+              ("sensitivity", "sim"), ("e2e-datasets", "sim"), ("dgfm", "sim"), ("migration", "sim"),
+              ("lamina", "sim"), ("attention-micro", "local"), ("kv-move", "local"), ("remote-vs-local", "local"))
+
+
+@dataclass(frozen=True, slots=True)
+class SetOptions:
+    quick: bool = False
+    seed: int = 0
+    address: str | None = None
+    sweep: dict = field(default_factory=dict)  # the sweep's own --param keys (workers, store, graph)
+    each: dict = field(default_factory=dict)  # experiment -> its --param pairs
+    results_dir: str = "results"
+    force: bool = False
+    remeasure: bool = False
+
+
+def plan_set(members, options: SetOptions, log) -> list[PlannedRun]:
+    """The runs of `members` to do (a kept result is skipped, as repro run skips it)."""
+    planned = []
+    for name, backend in members:
+        exp = get_experiment(name)
+        params = RunParams(quick=options.quick, backend=backend, seed=options.seed,
+                           address=options.address if exp.on_sweep else None, extra=dict(options.each.get(name, {})))
+        local = backend == "local"
+        _, run = plan_run(exp, params, options.results_dir, force=options.remeasure if local else options.force,
+                          log=log, again="--remeasure" if local else "--force")
+        if run is not None:
+            planned.append(run)
+    return planned
+
+
+def run_set(members, options: SetOptions, log) -> list:
+    """Run what plan_set finds to do: the swept experiments together, then the rest one by one; each result saved
+    as soon as it is done. Returns the paths written."""
+    planned = plan_set(members, options, log)
+    swept = [run for run in planned if run.exp.on_sweep is not None]
+    written = []
+    if swept:
+        sweep_params = RunParams(quick=options.quick, address=options.address, extra=dict(options.sweep))
+        with open_sweep(sweep_params, log, "+".join(run.exp.name for run in swept)) as sweep:
+            written += sweep.run(sweep.gather(*(as_experiment(run.exp.name, _swept(run, log, sweep))
+                                                for run in swept)))
+    for run in planned:
+        if run.exp.on_sweep is None:
+            start = time.perf_counter()
+            data = run.exp.run(run.params, log)
+            written.append(save_run(run, data, time.perf_counter() - start))
+    return written
+
+
+async def _swept(run: PlannedRun, log, sweep):
+    start = time.perf_counter()
+    data = await run.exp.on_sweep(run.params, log, sweep)
+    return save_run(run, data, time.perf_counter() - start)
+
+
+def plot_set(members, results_dir: str, figures_dir: str, log) -> list[str]:
+    """Every figure of `members` that has results, drawn in this process."""
+    drawn = []
+    for name in dict.fromkeys(name for name, _ in members):
+        exp = get_experiment(name)
+        results = load_results(results_dir, exp)
+        if exp.plot is not None and results:
+            drawn += exp.plot(results, figures_dir)
+    return drawn
