@@ -121,6 +121,8 @@ class KVMoves:
 
     def advance_moves(self, copy_blocks, max_blocks: int) -> int:
         """Move up to `max_blocks` blocks of the pending moves (one chunk); returns the number moved."""
+        if not self._moves:
+            return 0  # (every step asks)
         budget = max_blocks
         pairs = []
         moved = set()  # (req_id, index): a block moves at most once per chunk, so copies never chain

@@ -138,10 +138,12 @@ class Scheduler:
     def _decode(self, seqs: list[Sequence]) -> list[Sequence]:
         """Grow the tables of `seqs` for one more token each; those that got room."""
         scheduled, num_stalled, num_leaving = [], 0, None
+        tables, bs, running = self.rm.tables, self.block_size, Status.RUNNING
         for seq in seqs:
-            if seq.status is not Status.RUNNING:  # preempted for an earlier one
+            if seq.status is not running:  # preempted for an earlier one
                 continue
-            while len(self.rm.tables[seq.req_id]) * self.block_size < seq.num_tokens:
+            table, num_tokens = tables[seq.req_id], seq.num_prompt_tokens + len(seq.output_ids)  # (a hot path)
+            while len(table) * bs < num_tokens:
                 if self.rm.append_block(seq.req_id, self.recommend) is not None:
                     continue
                 if num_leaving is None:
@@ -155,7 +157,7 @@ class Scheduler:
                 self.preempt(victim)
                 if victim is seq:
                     break
-            if seq.status is Status.RUNNING and len(self.rm.tables[seq.req_id]) * self.block_size >= seq.num_tokens:
+            if seq.status is running and len(table) * bs >= num_tokens:
                 scheduled.append(seq)
         return scheduled
 
