@@ -15,7 +15,7 @@ BENCH_ARGS ?= --benchmark-timer=time.process_time --benchmark-columns=min,median
 BENCH_JSON ?= .benchmarks/make-test.json
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: setup test test-gpu validate-gpu check-attention bench-attention bench-sweep bench bless bless-speed clean
+.PHONY: setup test test-gpu validate-gpu check-attention bench-attention bench-sweep bench bench-scale bless bless-speed clean
 
 setup: $(STAMP)
 
@@ -60,6 +60,13 @@ check-attention: $(STAMP)
 
 bench-attention: $(STAMP)
 	$(BIN)/repro bench attention --out results/bench/attention.json
+
+# The simulator from 32 to 1024 GPUs (about 15 minutes; SCALE_MAX_GPUS=8192 adds 4096 and 8192, hours): CPU s per
+# 1,000 requests, peak memory and the gManager's round (docs/simulator.md). Not `make bench`: that target is the
+# speed guard at large sizes, as the docs and `repro regression bless-speed --size large` name it
+SCALE_MAX_GPUS ?= 1024
+bench-scale: $(STAMP)
+	$(BIN)/repro bench scale --max-gpus $(SCALE_MAX_GPUS) --out results/bench/scale.json
 
 # Simulated points on Ray against the local pool, and the quick figure set's task graph on 16/64/256 cores
 # (a few minutes; docs/figures.md)

@@ -12,6 +12,10 @@ BENCHMARKS = {
     "ray": ("repro.commands.bench_ray:bench_ray",
             "tok/s of 1, 2, ... instances with the same requests per instance on Ray, beside N independent "
             "engines, and where a step's time goes: control phase, compute, waiting for partners, messaging."),
+    "scale": ("repro.benchmarks.scale_cli:bench_scale",
+              "The simulator's CPU seconds per 1,000 requests and peak memory from 32 to 8192 GPUs (trace 0, "
+              "Infinite-LLM and vLLM-M at 0.5x and 1.5x of saturation, the same requests per GPU), and the "
+              "gManager's round at those sizes."),
     "sweep": ("repro.commands.bench_sweep:bench_sweep",
               "Per-point overhead of simulated points on Ray against the local pool (1 and 2 workers), and the quick "
               "figure set's task graph scheduled on 16, 64 and 256 cores."),
