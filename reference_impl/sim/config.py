@@ -54,7 +54,8 @@ class SimConfig:
 
     @property
     def num_gpus(self) -> int:
-        return self.engine.num_instances * self.tp * self.pp
+        gpus = design(self.design).gpus  # a design whose instances differ in shape counts its own (Design.gpus)
+        return gpus(self) if gpus is not None else self.engine.num_instances * self.tp * self.pp
 
 
 def sim_engine(**knobs) -> EngineConfig:

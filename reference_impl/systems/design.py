@@ -18,6 +18,8 @@ class Design:
     policy: type[Policy] = Policy
     backend: type[SimBackend] = SimBackend
     real_engine: bool = True  # the engine's local and Ray backends run it too (policy = the config alone)
+    # the GPUs of a cluster it made, where its instances differ in shape (None: instances x tp x pp)
+    gpus: Callable[[SimConfig], int] | None = None
 
     @property
     def on_pooled_engine(self) -> bool:

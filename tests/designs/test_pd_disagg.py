@@ -152,3 +152,12 @@ def test_a_prefill_step_takes_prompts_up_to_its_token_budget_and_a_longer_prompt
     budgeted = prompts_per_prefill_step(8192)
     assert max(budgeted) == 2 and 1 in budgeted and sum(budgeted) == 11
     assert max(prompts_per_prefill_step(None)) > 2
+
+
+def test_num_gpus_counts_both_sides_of_a_mixed_split():
+    """SimConfig.num_gpus of a split whose prefill and decode shapes differ: every GPU of the base, each side once."""
+    base = cluster("llama2-7b", GPU, 4)
+    config = system_config("pd-disaggregation", replace(base, design_knobs=PDKnobs(prefill_tp=2, decode_tp=1)))
+    k = config.design_knobs
+    assert k.prefill_tp != k.decode_tp
+    assert config.num_gpus == base.num_gpus == k.num_prefill * k.prefill_tp + config.engine.num_instances - k.num_prefill
