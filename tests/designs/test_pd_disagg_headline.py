@@ -4,7 +4,7 @@ from dataclasses import replace
 
 from reference_impl.serving.records import FINISHED, REJECTED, RequestRecord, ServingRun
 from reference_impl.sim.simulator import simulate
-from reference_impl.systems.pd_disagg.headline import Slo, attainment, compare
+from reference_impl.systems.pd_disagg.headline import Slo, attainment, compare, goodput
 from reference_impl.systems.pd_disagg.knobs import PDKnobs, shape_of
 from reference_impl.systems.registry import cluster, system_config
 from workloads.request import Request
@@ -36,3 +36,11 @@ def test_goodput_is_a_rate_each_system_meets_the_slo_at():
     pd = system_config("pd-disaggregation", replace(base, design_knobs=PDKnobs(workload=shape_of(make(1.0)))))
     for config, g in ((pd, c.pd), (system_config("vllm-m", base), c.vllm_m)):
         assert attainment(simulate(config, make(g.goodput_req_s)), slo) == g.attainment >= slo.attainment
+
+
+def test_goodput_of_requests_that_meet_the_slo_as_one_burst_stops_at_the_ceiling():
+    def make(rate):  # two short requests: even arriving together both meet a loose SLO
+        return [Request(i, i / rate, 100, 5, "fixed") for i in range(2)]
+    g = goodput("vllm-m", system_config("vllm-m", cluster("llama2-7b", "A100-80GB-SXM", 2)), make,
+                Slo(ttft_s=10.0, tpot_s=10.0), ceiling_req_s=64.0)
+    assert 64.0 <= g.goodput_req_s < 128.0 and g.attainment == 1.0

@@ -58,8 +58,10 @@ def attainment(result, slo: Slo) -> float:
 
 
 def goodput(system: str, config: SimConfig, make_requests: Callable[[float], list], slo: Slo, *,
-            start_req_s: float = 0.5, floor_req_s: float = 1 / 64, bisections: int = 6) -> Goodput:
-    """The highest rate of `make_requests(rate)` that `config` serves within `slo` (module docstring)."""
+            start_req_s: float = 0.5, floor_req_s: float = 1 / 64, bisections: int = 6,
+            ceiling_req_s: float = float("inf")) -> Goodput:
+    """The highest rate of `make_requests(rate)` that `config` serves within `slo` (module docstring); the doubling
+    stops at `ceiling_req_s` (a few requests may meet the SLO even as one burst: their goodput is unbounded)."""
     def run(rate):
         result = simulate(config, make_requests(rate))
         return attainment(result, slo), result
@@ -73,14 +75,14 @@ def goodput(system: str, config: SimConfig, make_requests: Callable[[float], lis
             bad, rate = rate, rate / 2
     if good is None:
         return Goodput(system, 0.0, 0.0, None, {})
-    while bad is None:
+    while bad is None and good[0] < ceiling_req_s:
         rate = good[0] * 2
         got = run(rate)
         if got[0] >= slo.attainment:
             good = (rate, *got)
         else:
             bad = rate
-    for _ in range(bisections):
+    for _ in range(bisections if bad is not None else 0):
         rate = (good[0] + bad) / 2
         got = run(rate)
         if got[0] >= slo.attainment:
@@ -92,12 +94,13 @@ def goodput(system: str, config: SimConfig, make_requests: Callable[[float], lis
                    dict(result.design_counters))
 
 
-def compare(base: SimConfig, make_requests: Callable[[float], list], slo: Slo = CHATBOT_SLO) -> Comparison:
-    """Goodput of pd-disaggregation (its split searched for the requests' shape) and of vLLM-M on `base`'s GPUs."""
+def compare(base: SimConfig, make_requests: Callable[[float], list], slo: Slo = CHATBOT_SLO, **search) -> Comparison:
+    """Goodput of pd-disaggregation (its split searched for the requests' shape) and of vLLM-M on `base`'s GPUs
+    (`search`: goodput's keyword arguments)."""
     shape = shape_of(make_requests(1.0))  # (lengths do not depend on the rate)
     pd_config = system_config("pd-disaggregation", replace(base, design_knobs=PDKnobs(workload=shape)))
     s = split_of(pd_config)
     split = (f"{s.num_prefill}x tp{s.prefill.tp}pp{s.prefill.pp} prefill + "
              f"{s.num_decode}x tp{s.decode.tp}pp{s.decode.pp} decode")
-    return Comparison(goodput("pd-disaggregation", pd_config, make_requests, slo),
-                      goodput("vllm-m", system_config("vllm-m", base), make_requests, slo), split)
+    return Comparison(goodput("pd-disaggregation", pd_config, make_requests, slo, **search),
+                      goodput("vllm-m", system_config("vllm-m", base), make_requests, slo, **search), split)
