@@ -1,7 +1,9 @@
 """The designs experiment on the sim backend: a --quick run validates against its schema and holds every design of
 the catalog; ratios are each design's plateau over its group's baseline (recomputed here from the points); the
 common rate is half the weakest design's saturation; a design that cannot build a cluster or whose simulation
-raises is reported failed in that group while the others run; bad params give one line; the claims' rows."""
+raises is reported failed in that group while the others run; bad params give one line; the claims' rows; throughput
+per dollar and per accelerator from lamina Table 1's prices; pd-disaggregation's split searched for the group's
+requests and its goodput claim; Llumnix's claim against its own dispatch without migration."""
 import json
 import sys
 import types
@@ -12,11 +14,13 @@ import pytest
 from repro.experiments.designs.claims import CLAIMS, DesignClaim, Arm, claim_rows
 from repro.framework.base import RunParams
 from repro.framework.registry import get_experiment
+from repro.serving.tasks import workload
 from repro.results import run_and_save, validate_result
 from reference_impl.errors import InputError
 from reference_impl.sim.policy import Policy
 from reference_impl.systems.catalog import DESIGNS
 from reference_impl.systems.design import Design
+from reference_impl.systems.pd_disagg.knobs import shape_of
 
 QUIET = dict(log=lambda message: None)
 SMALL = {"workers": "1", "store": "off"}
@@ -147,3 +151,56 @@ def test_figure_shows_every_group_and_design_and_marks_rejections(quick, tmp_pat
             assert (texts[i][j] == "failed") == (g["designs"][name]["status"] != "ok")
     written = get_experiment("designs").plot([quick], str(tmp_path))
     assert sorted(p.rsplit(".", 1)[1] for p in written) == ["pdf", "png"]
+
+
+def test_throughput_per_dollar_and_per_accelerator_price_each_cluster_at_lamina_table_1(quick):
+    devices = json.loads(open("reference_impl/systems/lamina/devices.json").read())["devices"]
+    a100, rtx = devices["A100-80G"]["price_usd"], devices["RTX 3090"]["price_usd"]
+    for g in quick["data"]["groups"]:
+        base = g["designs"][g["baseline"]]
+        for name, row in g["designs"].items():
+            if row["status"] != "ok":
+                continue
+            hw = row["hardware"]
+            assert hw["num_gpus"] == g["num_gpus"]  # every design reshapes the same GPUs (pd's split both sides)
+            memory = hw["accelerators"] - hw["num_gpus"]
+            assert (memory > 0) == (name == "lamina")
+            assert hw["price_usd"] == pytest.approx(hw["num_gpus"] * a100 + memory * rtx)
+            assert row["ratio_per_usd"] == pytest.approx(row["ratio"] * base["hardware"]["price_usd"] / hw["price_usd"])
+            assert row["max_tput_per_accelerator_tok_s"] * hw["accelerators"] == pytest.approx(
+                row["max_tput_median_tok_s"])
+            same = name != "lamina"
+            assert (row["ratio_per_accelerator"] == pytest.approx(row["ratio"])) == same
+            if not same:
+                assert row["ratio_per_usd"] < row["ratio"] and row["ratio_per_accelerator"] < row["ratio_per_usd"]
+
+
+def test_pd_split_is_searched_for_the_groups_requests(quick):
+    data = quick["data"]
+    for g in data["groups"]:
+        requests = workload(trace_id=g["trace_id"], num_requests=g["num_requests"], rate_per_s=1.0,
+                            seed=data["seeds"][0], source=data["source"])
+        shape = shape_of(requests)
+        knobs = g["design_knobs"]["pd-disaggregation"]["workload"]
+        assert knobs["mean_prompt_tokens"] == pytest.approx(shape.mean_prompt_tokens)
+        assert knobs["long_context_tokens"] == shape.long_context_tokens
+        pd = [p for p in g["points"] if p["system"] == "pd-disaggregation" and p.get("counters")]
+        assert pd and all(p["counters"]["prefill_gpus"] + p["counters"]["decode_gpus"] == g["num_gpus"] for p in pd)
+
+
+def test_pd_goodput_claim_and_llumnix_against_its_own_dispatch_only(quick):
+    data, rows = quick["data"], claim_rows(quick)
+    for r in data["goodput"]:
+        assert r["trace_id"] in (0, 1, 2) and r["num_gpus"] in {g["num_gpus"] for g in data["groups"]}
+        if r["vllm_m_goodput_req_s"] > 0:
+            assert r["ratio"] == pytest.approx(r["pd_goodput_req_s"] / r["vllm_m_goodput_req_s"])
+        assert r["pd_attainment"] >= 0.9 or r["pd_goodput_req_s"] == 0
+    pd = [r for r in rows if r["claim_id"] == "pd-disaggregation"]
+    assert pd and all(r["verdict"] in ("inside", "outside") for r in pd) and "goodput" in pd[0]["metric"]
+    lamina = [r for r in rows if r["claim_id"] == "lamina"]
+    assert {r["metric"].split(", trace ")[1][0] for r in lamina} == {"0", "3"}
+    arm = next(a for a in data["arms"] if a["arm"] == "llumnix dispatch-only")
+    assert arm["trace_id"] == 0 and arm["baseline"] == "llumnix"
+    assert all(p["counters"].get("migrations_completed", 0) == 0 for p in arm["points"] if p.get("counters"))
+    llumnix = next(r for r in rows if r["claim_id"] == "llumnix")
+    assert "dispatch-only" in llumnix["metric"] and llumnix["verdict"] in ("inside", "outside")

@@ -3,6 +3,7 @@ at the plateau and its ratio to the group's baseline (vLLM-M on traces 0-2, vLLM
 at the common rate and the counters there and at its plateau; a design that failed, with its error."""
 import numpy as np
 
+from repro.experiments.designs.normalise import normalised
 from repro.serving.plateau import median_by_rate
 
 COMMON_LOAD = 0.5  # the common rate: the grid rate nearest this share of the weakest design's saturation
@@ -22,9 +23,10 @@ def first_error(points: list[dict]) -> str | None:
     return None
 
 
-def group_comparison(record: dict, failed: dict, designs: tuple[str, ...]) -> dict:
+def group_comparison(record: dict, failed: dict, designs: tuple[str, ...], hardware: dict) -> dict:
     """`record` (repro/serving/curves.py group_record of the designs that ran) as this experiment keeps it:
-    `designs` in the catalog's order, those in `failed` (name -> why) with their error."""
+    `designs` in the catalog's order, those in `failed` (name -> why) with their error; `hardware` (design ->
+    normalise.hardware of its cluster) for the cost-normalised throughput."""
     baseline = record["baseline"]
     plateau = record.get("max_tput_tok_s") or {}
     ran = [d for d in designs if d in plateau]
@@ -47,8 +49,10 @@ def group_comparison(record: dict, failed: dict, designs: tuple[str, ...]) -> di
                    "plateau_reached": record["plateau"][d]["reached"],
                    "at_common_rate": at_rate(own, common),
                    "at_plateau": at_rate(own, top_rate(own))}
+        if d in hardware:
+            rows[d].update(normalised(rows[d], hardware[d], hardware.get(baseline)))
     keep = ("trace_id", "panel", "model", "num_gpus", "num_instances", "tp", "baseline", "num_requests",
-            "rates_per_s", "seeds", "saturation_per_s", "points", "arm", "engine")
+            "rates_per_s", "seeds", "saturation_per_s", "points", "arm", "engine", "design_knobs")
     return {**{k: record[k] for k in keep if k in record}, "common_rate_per_s": common, "designs": rows}
 
 

@@ -8,6 +8,8 @@ instances (`kv_moved_bytes`: Infinite-LLM's moves and swaps), and every counter 
 (ServingRun.design_counters: KV hops, migration bytes and pauses, ...). Preemptions and rejections are the
 point's own fields."""
 import time
+from dataclasses import replace
+from functools import partial
 
 from reference_impl.serving.points import ServingPoint
 from reference_impl.serving.records import summarize_records
@@ -15,13 +17,24 @@ from reference_impl.sim.simulator import Simulator
 from reference_impl.systems.registry import system_config
 
 
-def run_design_point(task) -> dict:
-    """PointTask.runner of the designs experiment (`task.requests` built). A simulation that raises gives a point
-    that served nothing, with the error as `error` text: the design is reported failed in that group, the run
-    goes on."""
+def design_config(system: str, base, knobs: dict | None = None):
+    """`base` as `system` runs it, with its design knobs from `knobs` (design name -> knobs) where given."""
+    mine = (knobs or {}).get(system)
+    return system_config(system, base if mine is None else replace(base, design_knobs=mine))
+
+
+def design_runner(knobs: dict):
+    """The PointTask.runner of a group whose designs run with these knobs (design name -> knobs)."""
+    return partial(run_design_point, knobs=knobs) if knobs else run_design_point
+
+
+def run_design_point(task, knobs: dict | None = None) -> dict:
+    """PointTask.runner of the designs experiment (`task.requests` built; `knobs`: design_config's). A simulation
+    that raises gives a point that served nothing, with the error as `error` text: the design is reported failed
+    in that group, the run goes on."""
     start = time.perf_counter()
     try:
-        config = system_config(task.system, task.base)
+        config = design_config(task.system, task.base, knobs)
         sim = Simulator(config, task.requests, steady_only=task.steady_only)
         result = sim.run()
     except Exception as exc:  # noqa: BLE001 - reported in the result, per design and group

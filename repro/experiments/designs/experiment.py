@@ -12,13 +12,15 @@ at any probe is reported failed in that group with its error; the others go on. 
 is measured by claims.py (extra arms, e.g. vLLM-S with chunked prefill, run as groups of their own); the run's
 cost (CPU seconds per point and design, predicted wall time on N cores) by cost.py.
 """
-from dataclasses import replace
+from dataclasses import asdict
 
 from repro.experiments import e2e
-from repro.experiments.designs.claims import arm_groups
+from repro.experiments.designs.claims import arm_groups, claim_points
 from repro.experiments.designs.compare import first_error, group_comparison
 from repro.experiments.designs.cost import run_cost
-from repro.experiments.designs.counters import run_design_point
+from repro.experiments.designs.counters import design_config, design_runner
+from repro.experiments.designs.goodput import goodput_jobs
+from repro.experiments.designs.normalise import hardware
 from repro.framework.base import Experiment, default_run_id
 from repro.framework.params import Param, ParamValueError, positive_int
 from repro.serving.curves import CurveGroup, curve, find_saturation
@@ -26,7 +28,7 @@ from repro.serving.sweep import open_sweep, sweep_params
 from repro.serving.tasks import typed
 from reference_impl.errors import InputError
 from reference_impl.systems.catalog import DESIGNS
-from reference_impl.systems.registry import system_config
+from reference_impl.systems.pd_disagg.knobs import PDKnobs, shape_of
 
 QUICK_SIZE = dict(short_requests=60, long_requests=20)  # traces 0 and 3 (e2e.QUICK), one seed
 FULL_SIZE = dict(short_requests=300, long_requests=60)  # docs/designs.md: what keeps the default under 15 minutes
@@ -86,25 +88,39 @@ def run(params, log) -> dict:
     for g in e2e.curve_groups(params, sizes(params), link=link, source=source):
         baseline = g.info["baseline"]
         g.systems = tuple(d for d in DESIGNS if d in designs or d == baseline)
-        g.runner = run_design_point
+        g.info["_knobs"] = workload_knobs(g, seeds[0]) if "pd-disaggregation" in g.systems else {}
+        g.runner = design_runner(g.info["_knobs"])
         todo.append(g)
     shown = tuple(d for d in DESIGNS if any(d in g.systems for g in todo))
     arms = arm_groups(todo, designs)
+
+    async def everything():
+        records = await sweep.gather(*(design_group(g, seeds, sweep) for g in todo + arms))
+        await claim_points(arms, records[:len(todo)], records[len(todo):], designs, seeds, sweep)
+        return records, await goodput_jobs(todo, designs, seeds, source, sweep)
+
     with open_sweep(params, log, "designs") as sweep:
-        records = sweep.run(sweep.gather(*(design_group(g, seeds, sweep) for g in todo + arms)))
+        (records, goodput) = sweep.run(everything())
         cost = run_cost(sweep.graph.nodes)
     return {"gpu": e2e.GPU, "link": link, "source": source, "designs": list(shown), "seeds": list(seeds),
-            "groups": records[:len(todo)], "arms": records[len(todo):], "cost": cost}
+            "groups": records[:len(todo)], "arms": records[len(todo):], "goodput": goodput, "cost": cost}
+
+
+def workload_knobs(g: CurveGroup, seed: int) -> dict:
+    """pd-disaggregation's split searched for the group's workload (DistServe searches per workload): the shape of
+    the requests of the group's points at `seed` (the run's first; a point's lengths do not depend on its rate)."""
+    return {"pd-disaggregation": PDKnobs(workload=shape_of(g.make_requests(1.0, seed)))}
 
 
 async def design_group(g: CurveGroup, seeds: tuple[int, ...], sweep) -> dict:
     """The group's curves of the designs that can serve it, and why the others cannot."""
-    designs, failed = g.systems, {}
+    designs, failed, knobs, machines = g.systems, {}, g.info["_knobs"], {}
     for d in designs:
         try:
-            system_config(d, g.base)
+            machines[d] = hardware(design_config(d, g.base, knobs))
         except Exception as exc:  # noqa: BLE001 - this design cannot make this cluster: reported, the rest go on
             failed[d] = f"cluster: {type(exc).__name__}: {exc}"
+    g.info["design_knobs"] = {d: asdict(k) for d, k in knobs.items() if d in machines}
     g.systems = tuple(d for d in designs if d not in failed)
     if g.systems:
         await find_saturation(g, seeds[0], sweep)
@@ -116,10 +132,10 @@ async def design_group(g: CurveGroup, seeds: tuple[int, ...], sweep) -> dict:
     if not ran:
         info = {k: v for k, v in g.info.items() if not k.startswith("_")}
         return group_comparison({**info, "rates_per_s": [], "points": [], "num_instances": g.base.engine.num_instances,
-                                 "tp": g.base.tp}, failed, designs)
+                                 "tp": g.base.tp}, failed, designs, machines)
     # the designs that serve it, afresh: their probes are the same points (shared within the run)
     fresh = CurveGroup(g.info, g.base, g.make_requests, ran, g.label, g.runner, probe_fraction=g.probe_fraction)
-    return group_comparison(await curve(fresh, seeds, sweep), failed, designs)
+    return group_comparison(await curve(fresh, seeds, sweep), failed, designs, machines)
 
 
 def plot(results, figures_dir) -> list[str]:
