@@ -208,6 +208,16 @@ fig-designs: $(STAMP)
 	$(BIN)/repro plot --experiment designs
 	$(BIN)/repro report
 
+# Infinite-LLM over vLLM-M from 8 to 1024 GPUs (repro/experiments/scale/, docs/simulator.md): figures/infinite-llm-scale
+# and the report's row on the gain growing with the instance count. Hours on one core (docs/simulator.md says how
+# many); ADDRESS=HOST:PORT runs the points on a Ray cluster; SCALE_PARAMS="--param gpus=8,32,128" for fewer
+SCALE_PARAMS ?=
+.PHONY: fig-scale
+fig-scale: $(STAMP)
+	$(BIN)/repro run --experiment scale $(RUN_FLAGS) $(ON_CLUSTER) $(SCALE_PARAMS)
+	$(BIN)/repro plot --experiment scale
+	$(BIN)/repro report
+
 # The figure set on a Ray cluster (ADDRESS=HOST:PORT or auto; docs/figures.md): make figures, every simulated point
 # of the set submitted to that cluster at once
 .PHONY: figures-cluster

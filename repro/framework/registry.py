@@ -18,6 +18,7 @@ EXPERIMENTS = {
     "sim-vs-real": "repro.experiments.sim_vs_real.experiment",
     "sensitivity": "repro.experiments.sensitivity.experiment",
     "designs": "repro.experiments.designs.experiment",
+    "scale": "repro.experiments.scale.experiment",
 }
 
 
