@@ -37,7 +37,8 @@ def split_params(pairs: tuple[str, ...]) -> tuple[dict, dict]:
 @click.option("--force", is_flag=True, help="Run the simulated and arithmetic experiments again (stored points are "
                                             "read, not rerun).")
 @click.option("--remeasure", is_flag=True, help="Run the measurements on this machine (--backend local) again.")
-def figures(quick, seed, address, params, results_dir, figures_dir, force, remeasure):
+@click.option("--replot", is_flag=True, help="Draw every figure again, even from the results it was drawn from.")
+def figures(quick, seed, address, params, results_dir, figures_dir, force, remeasure, replot):
     """The figure set at once: its simulated points on one sweep, every figure, and the report."""
     from reference_impl.atomic import check_writable_dir
     from repro.exit_codes import exit_on_failed_requests
@@ -52,6 +53,6 @@ def figures(quick, seed, address, params, results_dir, figures_dir, force, remea
     with exit_on_failed_requests(), progress_log("figures", echo=click.echo) as log:
         for path in run_set(FIGURE_SET, options, log):
             log(f"wrote {path}")
-        for path in plot_set(FIGURE_SET, results_dir, figures_dir, log):
+        for path in plot_set(FIGURE_SET, results_dir, figures_dir, log, replot=replot):
             log(f"wrote {path}")
     click.echo(format_report(build_report(results_dir)))

@@ -6,15 +6,20 @@ once, independent groups of all of them interleave), then the others here, then 
 
 A result that exists is kept unless `force` (the simulated and arithmetic ones: their points come from the store)
 or `remeasure` (those measured on this machine: --backend local)."""
+import hashlib
+import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from reference_impl.atomic import write_json_atomic
 from repro.framework.base import RunParams
 from repro.framework.registry import get_experiment
 from repro.results import PlannedRun, load_results, plan_run, save_run
 from repro.serving.sweep import open_sweep
 from repro.serving.task_graph import as_experiment
 
+DRAWN = ".drawn"  # under the figures folder: what each experiment's figures were drawn from
 # (experiment, backend), as `make figures` ran them one by one; designs joins once it has on_sweep
 FIGURE_SET = (("motivation", "sim"), ("perf-model", "sim"), ("context-length", "sim"), ("e2e", "sim"),
               ("sensitivity", "sim"), ("e2e-datasets", "sim"), ("dgfm", "sim"), ("migration", "sim"),
@@ -73,12 +78,30 @@ async def _swept(run: PlannedRun, log, sweep):
     return save_run(run, data, time.perf_counter() - start)
 
 
-def plot_set(members, results_dir: str, figures_dir: str, log) -> list[str]:
-    """Every figure of `members` that has results, drawn in this process."""
+def plot_set(members, results_dir: str, figures_dir: str, log, *, replot: bool = False) -> list[str]:
+    """Every figure of `members` that has results, drawn in this process; an experiment whose results' data are
+    those its figures were last drawn from (a stamp in figures_dir/.drawn/) and whose files exist is kept unless
+    `replot`. Returns the files drawn."""
     drawn = []
     for name in dict.fromkeys(name for name, _ in members):
         exp = get_experiment(name)
         results = load_results(results_dir, exp)
-        if exp.plot is not None and results:
-            drawn += exp.plot(results, figures_dir)
+        if exp.plot is None or not results:
+            continue
+        stamp = Path(figures_dir) / DRAWN / f"{name}.json"
+        data_sha256 = hashlib.sha256(json.dumps([r["data"] for r in results], sort_keys=True).encode()).hexdigest()
+        if not replot and _same_drawing(stamp, data_sha256):
+            log(f"{name}: figures drawn from these results already (--replot draws them again)")
+            continue
+        files = exp.plot(results, figures_dir)
+        write_json_atomic(stamp, {"data_sha256": data_sha256, "files": files})
+        drawn += files
     return drawn
+
+
+def _same_drawing(stamp: Path, data_sha256: str) -> bool:
+    try:
+        last = json.loads(stamp.read_text())
+        return last["data_sha256"] == data_sha256 and all(Path(f).exists() for f in last["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False

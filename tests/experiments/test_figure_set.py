@@ -10,7 +10,7 @@ from repro.cli import main
 from repro.commands.figures import split_params
 from repro.framework import registry
 from repro.framework.base import RunParams
-from repro.framework.figure_set import SetOptions, run_set
+from repro.framework.figure_set import SetOptions, plot_set, run_set
 from repro.framework.registry import get_experiment
 
 
@@ -57,6 +57,8 @@ def test_one_sweep_gives_each_experiment_its_own_points_and_runs_shared_points_o
 
 
 TOY = textwrap.dedent('''
+    from pathlib import Path
+
     from repro.framework.base import Experiment, default_run_id
     from repro.serving.sweep import run_in_sweep
 
@@ -73,7 +75,15 @@ TOY = textwrap.dedent('''
     def run(params, log):
         return run_in_sweep(params, log, "toy-sim", on_sweep)
 
-    SIM = Experiment("toy-sim", ("toy Fig 1",), "toy.schema.json", run, default_run_id, on_sweep=on_sweep)
+    def plot(results, figures_dir):
+        CALLS.append("plot")
+        path = Path(figures_dir) / "toy.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(str(results[0]["data"]["value"]))
+        return [str(path)]
+
+    SIM = Experiment("toy-sim", ("toy Fig 1",), "toy.schema.json", run, default_run_id, plot=plot,
+                     on_sweep=on_sweep)
     LOCAL = Experiment("toy-local", ("toy Fig 2",), "toy.schema.json", measure, default_run_id,
                        backends=("local", "sim"))
 ''')
@@ -107,6 +117,27 @@ def test_a_second_set_keeps_results_and_measures_again_only_when_asked(toys, tmp
     assert again() == ([], 0)
     assert again(force=True) == (["sim"], 1)
     assert again(remeasure=True) == (["local"], 1)
+
+
+def test_figures_are_drawn_again_only_from_other_data_or_when_asked(toys, tmp_path):
+    results, figures = str(tmp_path / "results"), tmp_path / "figures"
+    run_set(MEMBERS, SetOptions(sweep={"store": "off"}, results_dir=results), lambda line: None)
+
+    def draw(**flags):
+        toys.clear()
+        plot_set(MEMBERS, results, str(figures), lambda line: None, **flags)
+        return toys.count("plot")
+
+    assert draw() == 1
+    assert draw() == 0
+    run_set(MEMBERS, SetOptions(sweep={"store": "off"}, results_dir=results, force=True), lambda line: None)
+    assert draw() == 0  # the same data, written again
+    (figures / "toy.png").unlink()
+    assert draw() == 1
+    assert draw(replot=True) == 1
+    result = next((tmp_path / "results" / "toy-sim").glob("*/result.json"))
+    result.write_text(result.read_text().replace('"value": 2.0', '"value": 3.0'))
+    assert draw() == 1
 
 
 def test_params_go_to_the_sweep_or_to_one_experiment():
