@@ -17,12 +17,17 @@ from repro.experiments.lamina.serving import serving_rows
 from repro.framework.base import ClaimRow, Experiment, default_run_id
 from repro.framework.figures import main_result, new_figure, save, sns
 from repro.framework.params import Param, boolean
+from repro.serving.sweep import run_in_sweep, sweep_params
 
 PARAMS = (Param("serving", boolean, None, "also serve each (model, context)'s clusters on a trace and read max "
-                "throughput at the plateau (default: on for full runs, off with --quick)"),)
+                "throughput at the plateau (default: on for full runs, off with --quick)"), *sweep_params())
 
 
 def run(params, log) -> dict:
+    return run_in_sweep(params, log, "lamina", on_sweep)
+
+
+async def on_sweep(params, log, sweep) -> dict:
     contexts = QUICK_CONTEXTS if params.quick else FULL_CONTEXTS
     rows = []
     for model in MODELS:
@@ -40,7 +45,7 @@ def run(params, log) -> dict:
             "devices": devices_record(), "rows": rows}
     serving = params.extra.get("serving")
     if serving or (serving is None and not params.quick):
-        data["serving"] = serving_rows(MODELS, contexts, params.seed, log)
+        data["serving"] = await serving_rows(MODELS, contexts, params.seed, log, sweep)
     return data
 
 
@@ -113,4 +118,4 @@ def _bars(frame, y: str, figures_dir, name: str, title: str) -> list[str]:
 
 
 EXPERIMENT = Experiment("lamina", ("lamina Fig 13",), "lamina.schema.json", run, default_run_id, plot=plot,
-                        claims=claims, params=PARAMS)
+                        claims=claims, params=PARAMS, on_sweep=on_sweep)

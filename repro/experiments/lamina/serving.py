@@ -25,7 +25,7 @@ from reference_impl.systems.lamina.hardware import memory_attention_bytes_per_s
 from reference_impl.systems.lamina.step_cost import MAX_BATCH, StepPricer, kv_move_s, prefill_s
 from reference_impl.systems.registry import system_config
 from repro.experiments.lamina.arithmetic import GPU, Config, best_lamina, best_vllm
-from repro.serving.curves import CurveGroup, run_curves
+from repro.serving.curves import CurveGroup, curves
 from workloads.arrivals import arrival_times_s
 from workloads.request import Request
 
@@ -95,10 +95,10 @@ def explain(pick: Config, config: SimConfig) -> dict:
             "prefill_s_per_request": per_request_s}
 
 
-def serving_rows(models, contexts, seed: int, log) -> list[dict]:
+async def serving_rows(models, contexts, seed: int, log, sweep) -> list[dict]:
     """One row per model, context and system: the served plateau per dollar beside the arithmetic's."""
     todo = groups(models, contexts)
-    records = run_curves([g for _, g in todo], (seed,), log)
+    records = await curves([g for _, g in todo], (seed,), sweep)
     rows = []
     for (pick, g), record in zip(todo, records):
         (served,) = record["max_tput_tok_s"][g.systems[0]]
