@@ -24,7 +24,8 @@ class GManager:
         """`config`: the engine's (its block size and roles rule, and its `gmanager` knobs)."""
         self.config = config or EngineConfig()
         self.perf_model = perf_model or AnalyticPerfModel()
-        self.entries: dict[tuple[int, int], RequestPlacementEntry] = {}
+        self.entries: dict[tuple[int, int], RequestPlacementEntry] = {}  # changed by heartbeats only
+        self._keys_by_inst: dict[int, set[tuple[int, int]]] = defaultdict(set)  # entries' keys, per instance
         self.status: dict[int, InstanceStatus] = {}
         self.frozen: set[int] = set()
         self._k_memo: dict = {}  # Algorithm 1's k search, across rounds (plan_moves)
@@ -37,13 +38,18 @@ class GManager:
     def heartbeat(self, hb: Heartbeat) -> None:
         if hb.full or hb.entries or hb.removed_req_ids or self.status.get(hb.inst_id) != hb.status:
             self.version += 1
-        if hb.full:
-            for key in [k for k in self.entries if k[1] == hb.inst_id]:
+        keys = self._keys_by_inst[hb.inst_id]
+        if hb.full:  # (a failover's: every instance sends one, so not a scan of every entry each)
+            for key in keys:
                 del self.entries[key]
+            keys.clear()
         for entry in hb.entries:
-            self.entries[(entry.req_id, entry.inst_id)] = entry
+            key = (entry.req_id, entry.inst_id)
+            self.entries[key] = entry
+            self._keys_by_inst[entry.inst_id].add(key)
         for req_id in hb.removed_req_ids:
             self.entries.pop((req_id, hb.inst_id), None)
+            keys.discard((req_id, hb.inst_id))
         self.status[hb.inst_id] = hb.status
 
     # --- derived views
