@@ -8,6 +8,8 @@ For each k, k of the long request's blocks move to the creditor, then:
 - model: Algorithm 1's own objective (Eq. 5-7 on the gManager's views, with projected admissions);
 - simulated: the engine's scheduler admits what fits, and the sim backend times DECODE_STEPS decode steps.
 """
+from functools import partial
+
 import pandas as pd
 
 from reference_impl.control.algorithm1 import after_move, instance_tps
@@ -21,6 +23,8 @@ from reference_impl.sim.events import PromptIds
 from repro.framework.base import ClaimRow, Experiment, default_run_id
 from repro.framework.figures import main_result, new_figure, save, sns
 from repro.framework.params import LINK_HELP, Param, link, positive_int
+from repro.serving.sweep import run_in_sweep, sweep_params
+from repro.serving.tasks import typed
 
 SHORT_LEN = 500
 CREDITOR_BATCH = 64
@@ -30,7 +34,8 @@ DECODE_STEPS = 8  # 500 + 3 + 8 tokens stay inside 4 blocks of 128: no request n
 NEVER = 10**9  # output length: nobody finishes during the measurement
 PARAMS = (Param("link", link, DEFAULT_LINK, LINK_HELP),
           Param("long_len", positive_int, None, "tokens of the debtor's long request (default: what fills the "
-                                                "instance but room for 4 short requests)"))
+                                                "instance but room for 4 short requests)"),
+          *sweep_params())
 
 
 def build(config: SimConfig, long_len: int):
@@ -93,7 +98,13 @@ def model_curve(config: SimConfig, long_len: int, ks) -> list[dict]:
 
 
 def run(params, log) -> dict:
-    link = params.extra.get("link", DEFAULT_LINK)
+    return run_in_sweep(typed("perf-model", PARAMS, params), log, "perf-model", on_sweep)
+
+
+async def on_sweep(params, log, sweep) -> dict:
+    """The model's curve and each k's simulated steps, a job of the sweep each."""
+    params = typed("perf-model", PARAMS, params)
+    link = params.extra["link"]
     config = SimConfig(model="llama2-7b", tp=1, link=link, engine=sim_engine(num_instances=2, seed=params.seed))
     capacity, bs = blocks_per_instance(config), config.engine.block_size
     long_blocks = capacity - 4 * num_blocks_for(SHORT_LEN, bs)  # room for a few short ones
@@ -104,12 +115,11 @@ def run(params, log) -> dict:
     k_max = min(num_blocks_for(long_len, bs),
                 capacity - CREDITOR_BATCH * num_blocks_for(SHORT_LEN + WARMUP_STEPS + DECODE_STEPS, bs))
     ks = sorted(set(range(0, k_max + 1, max(1, k_max // (8 if params.quick else 40)))) | {k_max})
-    model = model_curve(config, long_len, ks)
-    measured = []
-    for k in ks:
-        measured.append(measure(config, long_len, k))
-        log(f"k={k:4d}  model {model[len(measured) - 1]['aggregate_tok_s']:8.1f}  simulated "
-            f"{measured[-1]['aggregate_tok_s']:8.1f} tok/s")
+    model, *measured = await sweep.gather(
+        sweep.job(partial(model_curve, config, long_len, ks), "perf-model modelled"),
+        *(sweep.job(partial(measure, config, long_len, k), f"perf-model k={k}") for k in ks))
+    for row, simulated in zip(model, measured):
+        log(f"k={row['k']:4d}  model {row['aggregate_tok_s']:8.1f}  simulated {simulated['aggregate_tok_s']:8.1f} tok/s")
     return {"model": "llama2-7b", "gpu": config.gpu, "link": link, "block_size": bs,
             "long_len": long_len, "short_len": SHORT_LEN, "creditor_batch": CREDITOR_BATCH,
             "modelled": model, "simulated": measured}
@@ -145,4 +155,4 @@ def plot(results, figures_dir) -> list[str]:
 
 
 EXPERIMENT = Experiment("perf-model", ("infinite-llm Fig 7",), "perf_model.schema.json", run, default_run_id,
-                        plot=plot, claims=claims, params=PARAMS)
+                        plot=plot, claims=claims, params=PARAMS, on_sweep=on_sweep)

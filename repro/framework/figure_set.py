@@ -20,10 +20,11 @@ from repro.serving.sweep import open_sweep
 from repro.serving.task_graph import as_experiment
 
 DRAWN = ".drawn"  # under the figures folder: what each experiment's figures were drawn from
-# (experiment, backend), as `make figures` ran them one by one; designs joins once it has on_sweep
+# (experiment, backend), as `make figures` ran them one by one
 FIGURE_SET = (("motivation", "sim"), ("perf-model", "sim"), ("context-length", "sim"), ("e2e", "sim"),
               ("sensitivity", "sim"), ("e2e-datasets", "sim"), ("dgfm", "sim"), ("migration", "sim"),
-              ("lamina", "sim"), ("attention-micro", "local"), ("kv-move", "local"), ("remote-vs-local", "local"))
+              ("lamina", "sim"), ("designs", "sim"), ("scale", "sim"), ("attention-micro", "local"),
+              ("kv-move", "local"), ("remote-vs-local", "local"))
 
 
 @dataclass(frozen=True, slots=True)

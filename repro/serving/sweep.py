@@ -33,7 +33,7 @@ from repro.serving.tasks import (PointTask, RequestSpec, default_workers, log_jo
 
 SWEEP_PARAMS = (
     Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick); with --address "
-          "local: the CPUs of that Ray"),
+          "local: the CPUs of that Ray", in_run_id=False),  # the points do not depend on it (tested)
     Param("graph", str, None, "write the run's task graph (each point's CPU seconds and the points it waited for) "
           "to this JSON file", in_run_id=False),
     Param("store", str, None, "folder of finished points reused across runs (default $REPRO_POINT_STORE, else "
@@ -100,13 +100,14 @@ class Sweep:
         return await self._get(describe, _keyed(point_fields, task, sha), cost, run_job, (task, sha),
                                partial(log_point, self.log, task))
 
-    async def job(self, fn, label: str, cost: float = 0.0):
+    async def job(self, fn, label: str, cost: float = 0.0, system: str = ""):
         """`fn()` (a picklable callable: a module function or a partial of one) run as a point is: on the executor,
         from the store when its key is there (keys.job_fields), once per run; for simulations that are not serving
-        points (dgfm's arms, context-length's batches). `cost` orders the queue (longest first)."""
+        points (dgfm's arms, context-length's batches). `cost` orders the queue (longest first); `system` names
+        its node's owner in the task graph."""
         self._bind()
         self._known(1)
-        return await self._get((label, "", 0.0, 0), _keyed(job_fields, fn), cost, run_call, fn,
+        return await self._get((label, system, 0.0, 0), _keyed(job_fields, fn), cost, run_call, fn,
                                partial(log_job, self.log, label))
 
     async def _get(self, describe: tuple, keyed: tuple, cost: float, call, arg, log_line):

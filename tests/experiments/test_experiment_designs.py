@@ -80,6 +80,22 @@ def test_cost_counts_every_simulated_point_per_design(quick):
     assert cost["predicted_wall_s"]["1"] == pytest.approx(cost["cpu_s"], rel=1e-6)
 
 
+def test_cost_on_a_shared_sweep_counts_only_the_designs_nodes_and_their_own_waits():
+    from repro.experiments.designs.cost import run_cost
+    from repro.serving.task_graph import Node
+
+    def node(i, exp, cpu_s, after, how="run"):
+        return Node(i, exp, f"g{i}", "vllm-m", 1.0, 0, cpu_s, how, after)
+
+    # e2e's long point 0 feeds e2e's 3; designs' 1 -> 2 -> 4, and 4 also waited for e2e's point 3
+    nodes = [node(0, "e2e", 50.0, []), node(1, "designs", 1.0, []), node(2, "designs", 2.0, [1]),
+             node(3, "e2e", 50.0, [0]), node(4, "designs", 3.0, [2, 3]), node(5, "designs", 0.0, [1], "shared")]
+    cost = run_cost(nodes, "designs")
+    assert cost["points"] == 3 and cost["cpu_s"] == pytest.approx(6.0)
+    assert cost["critical_path_s"] == pytest.approx(6.0)  # 1 -> 2 -> 4, not through e2e's 100 s
+    assert cost["predicted_wall_s"]["64"] == pytest.approx(6.0)
+
+
 class _RaisingPolicy(Policy):
     def dispatch(self, seq):
         raise RuntimeError("this design cannot dispatch")

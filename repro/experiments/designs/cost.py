@@ -8,8 +8,10 @@ from repro.benchmarks.schedule import critical_path, schedule_s
 CORES = (1, 2, 16, 64)
 
 
-def run_cost(nodes) -> dict:
-    """The cost record of designs.schema.json from a sweep's graph nodes (repro/serving/task_graph.py)."""
+def run_cost(nodes, experiment: str) -> dict:
+    """The cost record of designs.schema.json from the nodes of `experiment` in a sweep's graph
+    (repro/serving/task_graph.py; on `repro figures`' shared sweep, other experiments' nodes are there too)."""
+    nodes, after = own_nodes(nodes, experiment)
     simulated = [n for n in nodes if n.how in ("run", "stored")]
     per_design = {}
     for system in dict.fromkeys(n.system for n in simulated):
@@ -22,9 +24,16 @@ def run_cost(nodes) -> dict:
         group = n.label.removesuffix(" probe").removesuffix(" plateau")
         per_group[group] = round(per_group.get(group, 0.0) + n.cpu_s, 3)
     costs = [n.cpu_s if n.how in ("run", "stored") else 0.0 for n in nodes]
-    after = [n.after for n in nodes]
     path_s, _ = critical_path(costs, after)
     return {"points": len(simulated), "points_run_now": sum(n.how == "run" for n in nodes),
             "cpu_s": round(float(sum(costs)), 3), "critical_path_s": round(path_s, 3), "per_design": per_design,
             "cpu_s_per_group": per_group,
             "predicted_wall_s": {str(c): round(schedule_s(costs, after, c), 3) for c in CORES}}
+
+
+def own_nodes(nodes, experiment: str) -> tuple[list, list[list[int]]]:
+    """`experiment`'s nodes and, per node, the positions in that list of the nodes it waited for (a wait on another
+    experiment's node, a point it shared, is dropped: that point's cost is the other experiment's)."""
+    own = [n for n in nodes if n.experiment == experiment]
+    position = {n.id: i for i, n in enumerate(own)}
+    return own, [[position[d] for d in n.after if d in position] for n in own]

@@ -24,7 +24,7 @@ from repro.experiments.designs.normalise import hardware
 from repro.framework.base import Experiment, default_run_id
 from repro.framework.params import Param, ParamValueError, positive_int
 from repro.serving.curves import CurveGroup, curve, find_saturation
-from repro.serving.sweep import open_sweep, sweep_params
+from repro.serving.sweep import run_in_sweep, sweep_params
 from repro.serving.tasks import typed
 from reference_impl.errors import InputError
 from reference_impl.systems.catalog import DESIGNS
@@ -81,6 +81,10 @@ def chosen_designs(params) -> tuple[str, ...]:
 
 
 def run(params, log) -> dict:
+    return run_in_sweep(typed("designs", PARAMS, params), log, "designs", on_sweep)
+
+
+async def on_sweep(params, log, sweep) -> dict:
     params = typed("designs", PARAMS, params)
     designs, seeds = chosen_designs(params), seeds_of(params)
     link, source = params.extra["link"], params.extra["source"]
@@ -93,17 +97,12 @@ def run(params, log) -> dict:
         todo.append(g)
     shown = tuple(d for d in DESIGNS if any(d in g.systems for g in todo))
     arms = arm_groups(todo, designs)
-
-    async def everything():
-        records = await sweep.gather(*(design_group(g, seeds, sweep) for g in todo + arms))
-        await claim_points(arms, records[:len(todo)], records[len(todo):], designs, seeds, sweep)
-        return records, await goodput_jobs(todo, designs, seeds, source, sweep)
-
-    with open_sweep(params, log, "designs") as sweep:
-        (records, goodput) = sweep.run(everything())
-        cost = run_cost(sweep.graph.nodes)
+    records = await sweep.gather(*(design_group(g, seeds, sweep) for g in todo + arms))
+    await claim_points(arms, records[:len(todo)], records[len(todo):], designs, seeds, sweep)
+    goodput = await goodput_jobs(todo, designs, seeds, source, sweep)
     return {"gpu": e2e.GPU, "link": link, "source": source, "designs": list(shown), "seeds": list(seeds),
-            "groups": records[:len(todo)], "arms": records[len(todo):], "goodput": goodput, "cost": cost}
+            "groups": records[:len(todo)], "arms": records[len(todo):], "goodput": goodput,
+            "cost": run_cost(sweep.graph.nodes, "designs")}
 
 
 def workload_knobs(g: CurveGroup, seed: int) -> dict:
@@ -144,4 +143,4 @@ def plot(results, figures_dir) -> list[str]:
 
 
 EXPERIMENT = Experiment("designs", ("designs: Infinite-LLM beside the other designs on the Fig 10 groups",),
-                        "designs.schema.json", run, default_run_id, plot=plot, params=PARAMS)
+                        "designs.schema.json", run, default_run_id, plot=plot, params=PARAMS, on_sweep=on_sweep)

@@ -35,7 +35,8 @@ async def goodput_jobs(groups: list, designs: tuple[str, ...], seeds, source: st
     todo = [(g, seed) for g in groups if g.info["trace_id"] in GOODPUT_TRACES for seed in seeds]
     return list(await sweep.gather(*(
         sweep.job(partial(goodput_of, g.base, g.info["trace_id"], g.info["num_requests"], source, seed),
-                  f"{g.label} goodput seed {seed}", cost=float(g.info["num_requests"])) for g, seed in todo)))
+                  f"{g.label} goodput seed {seed}", cost=float(g.info["num_requests"]),
+                  system="pd-disaggregation goodput") for g, seed in todo)))
 
 
 def goodput_row(group: dict, records: list[dict], run_id: str) -> tuple[str, float | None, str]:
