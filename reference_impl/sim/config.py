@@ -31,6 +31,9 @@ class SimConfig:
     # send/recv (~7.8 GB/s at 64 MB); "intra-node" NVLink; or a bandwidth in GB/s ("0.125": the paper's Ethernet).
     link: str = DEFAULT_LINK
     gmanager_interval_s: float = 1.0  # heartbeats + gManager round (recalls, Algorithm 1, DGFM)
+    # The round's decisions take effect this long after its heartbeats (0: at once; the scale experiment's
+    # latency arm uses the round's measured CPU time, repro/benchmarks/scale_gmanager.py)
+    gmanager_latency_s: float = 0.0
     # A calibration file of the machine at hand (`repro profile`) instead of the committed A100/H100 fit, and a
     # fixed rBlock count per instance (None: what the GPU's memory holds): simulating a real local run
     coefficients_path: str | None = None
@@ -47,6 +50,9 @@ class SimConfig:
     def __post_init__(self):
         if not self.gmanager_interval_s > 0:
             raise InputError(f"gManager interval must be > 0 s (got {self.gmanager_interval_s})")
+        if not 0 <= self.gmanager_latency_s < self.gmanager_interval_s:
+            raise InputError(f"gManager round latency must be >= 0 s and under the interval "
+                             f"({self.gmanager_interval_s} s); got {self.gmanager_latency_s}")
         model_spec(self.model)
         gpus_per_node = gpu_entry(self.gpu)["gpus_per_node"] if self.coefficients_path is None else 1
         if self.tp > gpus_per_node:

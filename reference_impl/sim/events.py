@@ -3,7 +3,8 @@ causes. Arrival: the design's dispatch (sim/policy.py; by default the capacity c
 Step: one step of an instance (a KV-move chunk, schedule, the step's cost, postprocess); then a blocked waiting
 request may go to an instance that can admit it, and idle instances take waiting work that fits
 (Engine.redispatch, Engine.fill_idle). Handoff: what the steps of instances that wait for others would do,
-without running them. GManagerRound: heartbeats, recalls, Algorithm 1, DGFM."""
+without running them. GManagerRound: heartbeats, recalls, Algorithm 1, DGFM (RoundDecisions: the last three, the
+round's latency later)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -110,16 +111,26 @@ class Handoff(Event):
 
 @dataclass(slots=True)
 class GManagerRound(Event):
+    """Heartbeats, then the round's decisions: at once, or SimConfig.gmanager_latency_s later (RoundDecisions),
+    planned on the heartbeats' views and applied to the state of then, as a round that takes that long would."""
+
     def handle(self, sim: Simulator) -> list[Event]:
-        engine = sim.engine
-        engine.heartbeats()
-        engine.gmanager_round()
-        sim.round_done(self.time_s)
-        caused = sim.wake_all(self.time_s)
+        sim.engine.heartbeats()
+        latency_s = sim.config.gmanager_latency_s
+        if latency_s:
+            return [RoundDecisions(self.time_s + latency_s, self.time_s)]
+        return self.decide(sim, self.time_s, self.time_s)
+
+    @classmethod
+    def decide(cls, sim: Simulator, now_s: float, round_s: float) -> list[Event]:
+        """Recalls, Algorithm 1 and DGFM at `now_s`; the next round one interval after `round_s`."""
+        sim.engine.gmanager_round()
+        sim.round_done(now_s)
+        caused = sim.wake_all(now_s)
         if sim.count_idle_round() < MAX_IDLE_ROUNDS:
-            next_s = self.time_s + sim.config.gmanager_interval_s
+            next_s = round_s + sim.config.gmanager_interval_s
             if not caused and sim.may_skip_rounds():
-                next_s = self._skip_empty_rounds(sim, next_s)
+                next_s = cls._skip_empty_rounds(sim, next_s)
             caused.append(GManagerRound(next_s))
         return caused
 
@@ -132,3 +143,12 @@ class GManagerRound(Event):
             sim.round_done(None)
             next_s += sim.config.gmanager_interval_s
         return next_s
+
+
+@dataclass(slots=True)
+class RoundDecisions(Event):
+    """A gManager round's decisions, its latency after its heartbeats (at round_s)."""
+    round_s: float = 0.0
+
+    def handle(self, sim: Simulator) -> list[Event]:
+        return GManagerRound.decide(sim, self.time_s, self.round_s)

@@ -11,11 +11,18 @@ from repro.serving.tasks import typed
 
 def test_requests_are_proportional_to_the_gpus():
     exp = get_experiment("scale")
-    params = typed("scale", exp.params, RunParams(extra={"gpus": (64, 256), "traces": (0, 3)}))
+    params = typed("scale", exp.params, RunParams(extra={"gpus": (64, 256), "traces": (0, 3), "top_traces": (0, 3)}))
     made = [(g.info["trace_id"], g.info["num_gpus"], g.info["num_requests"]) for g in groups(params, sizes(params))]
     per_gpu = {(t, n): r / n for t, n, r in made}
     assert {t for t, _, _ in made} == {0, 3} and {n for _, n, _ in made} == {64, 256}
     assert per_gpu[0, 64] == per_gpu[0, 256] > per_gpu[3, 64] == per_gpu[3, 256]
+
+
+def test_only_the_top_traces_run_at_the_largest_size():
+    exp = get_experiment("scale")
+    params = typed("scale", exp.params, RunParams(extra={"gpus": (8, 64, 256), "traces": (0, 1, 3)}))
+    made = [(g.info["trace_id"], g.info["num_gpus"]) for g in groups(params, sizes(params))]
+    assert made == [(0, 8), (0, 64), (0, 256), (1, 8), (1, 64), (3, 8), (3, 64)]  # default top_traces: 0
 
 
 def test_gain_growth_is_the_largest_sizes_gain_over_the_gain_at_32_gpus():
