@@ -34,13 +34,17 @@ LOADS = (0.5, 1.5)
 REQUESTS_PER_GPU = 31.25  # 1,000 requests on 32 GPUs, as the issue's table
 PROBE_GPUS = 32
 SEED = 0
+# The issue's goals (one core of this machine): GPUs, requests, CPU s, peak MiB (None: no memory goal). They run
+# Infinite-LLM at GOAL_RATE_PER_GPU, the rate of the table the goals were set against.
+GOALS = ((1024, 100_000, 90.0, None), (8192, 1_000_000, 900.0, 8 * 1024.0))
+GOAL_RATE_PER_GPU = 2.0
 
 
 @dataclass(frozen=True, slots=True)
 class ScalePoint:
     num_gpus: int
     system: str
-    load: float  # of the system's saturation
+    load: float | None  # of the system's saturation; None: a goal point, at GOAL_RATE_PER_GPU
     rate_per_s: float
     num_requests: int
     cpu_s: float  # of the simulate call
@@ -59,20 +63,23 @@ def num_requests(num_gpus: int) -> int:
     return int(round(REQUESTS_PER_GPU * num_gpus))
 
 
-def saturation_per_gpu(log) -> dict[str, float]:
+def saturation_per_gpu(log, trace: int = TRACE, requests_per_gpu: float = REQUESTS_PER_GPU,
+                       probe_fraction: float = 1.0, systems=SYSTEMS) -> dict[str, float]:
     """Each system's saturation rate per GPU, from the figures' probes on a PROBE_GPUS-GPU cluster."""
-    make = partial(_requests, TRACE, num_requests(PROBE_GPUS), "fitted")
-    group = CurveGroup({}, base_config(PROBE_GPUS), make, SYSTEMS, f"scale probe {PROBE_GPUS} GPUs")
+    make = partial(_requests, trace, int(round(requests_per_gpu * PROBE_GPUS)), "fitted")
+    group = CurveGroup({}, base_config(PROBE_GPUS), make, systems, f"scale probe trace {trace} {PROBE_GPUS} GPUs",
+                       probe_fraction=probe_fraction)
     sweep = in_process(log)
     sweep.run(find_saturation(group, SEED, sweep))
     return {s: rate / PROBE_GPUS for s, rate in group.saturation_per_s.items()}
 
 
-def run_point(num_gpus: int, system: str, load: float, rate_per_s: float) -> ScalePoint:
-    """One point, in the process that calls it (the benchmark calls it in a fresh one)."""
+def run_point(num_gpus: int, system: str, load: float, rate_per_s: float, n: int | None = None) -> ScalePoint:
+    """One point of `n` requests (default: REQUESTS_PER_GPU per GPU), in the process that calls it (the benchmark
+    calls it in a fresh one)."""
     from reference_impl.sim.simulator import simulate
 
-    requests = _requests(TRACE, num_requests(num_gpus), "fitted", rate_per_s, SEED)
+    requests = _requests(TRACE, n or num_requests(num_gpus), "fitted", rate_per_s, SEED)
     config = system_config(system, base_config(num_gpus))
     rss_before = _maxrss_mib()
     start = time.process_time()
@@ -95,9 +102,7 @@ def bench(log, sizes=None, max_gpus: int = DEFAULT_MAX_GPUS) -> dict:
     for num_gpus in sizes:
         for system in SYSTEMS:
             for load in LOADS:
-                rate = load * saturation[system] * num_gpus
-                with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
-                    point = pool.submit(run_point, num_gpus, system, load, rate).result()
+                point = _fresh_process(run_point, num_gpus, system, load, load * saturation[system] * num_gpus)
                 log(f"{num_gpus:5d} GPUs {system:12s} {load}x: {point.cpu_s:8.1f} CPU s, "
                     f"{point.cpu_s_per_1k_requests:6.2f} s per 1000 requests, {point.maxrss_mib:7.0f} MiB peak")
                 points.append(asdict(point))
@@ -106,8 +111,46 @@ def bench(log, sizes=None, max_gpus: int = DEFAULT_MAX_GPUS) -> dict:
     return {"model": MODEL, "gpu": GPU, "trace_id": TRACE, "requests_per_gpu": REQUESTS_PER_GPU,
             "saturation": {"per_gpu_per_s": saturation, "probe_gpus": PROBE_GPUS,
                            "method": "repro/serving/curves.py find_saturation (steady-state probes)"},
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_1m": load_1m()},
+            "machine": _machine(),
             "points": points, "gmanager_rounds": rounds}
+
+
+def _fresh_process(fn, *args):
+    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def bench_goals(log, max_gpus: int = max(g for g, *_ in GOALS)) -> dict:
+    """The issue's goal points up to `max_gpus`: Infinite-LLM, GOAL_RATE_PER_GPU, each in a fresh process; each
+    with its CPU s and memory goal and whether it was met (the JSON record)."""
+    rows = []
+    for num_gpus, n, cpu_goal_s, mem_goal_mib in GOALS:
+        if num_gpus > max_gpus:
+            continue
+        rate = GOAL_RATE_PER_GPU * num_gpus
+        point = _fresh_process(run_point, num_gpus, "infinite-llm", None, rate, n)
+        met = point.cpu_s <= cpu_goal_s and (mem_goal_mib is None or point.maxrss_mib <= mem_goal_mib)
+        log(f"goal {num_gpus} GPUs, {n:,} requests: {point.cpu_s:.0f} CPU s (goal {cpu_goal_s:.0f}), "
+            f"{point.maxrss_mib:.0f} MiB peak{'' if mem_goal_mib is None else f' (goal {mem_goal_mib:.0f})'}: "
+            f"{'met' if met else 'missed'}")
+        rows.append(dict(asdict(point), cpu_goal_s=cpu_goal_s, mem_goal_mib=mem_goal_mib, met=met))
+    return {"model": MODEL, "gpu": GPU, "trace_id": TRACE, "system": "infinite-llm",
+            "rate_per_gpu_per_s": GOAL_RATE_PER_GPU, "machine": _machine(), "points": rows}
+
+
+def _machine() -> dict:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "load_1m": load_1m()}
+
+
+def goals_table(result: dict) -> str:
+    """The markdown table of the goal points: CPU s and peak memory against each goal."""
+    lines = ["| GPUs | requests | CPU s (goal) | ms per request | peak MiB (goal) | met |", "|" + "---|" * 6]
+    for r in result["points"]:
+        mem_goal = "" if r["mem_goal_mib"] is None else f" ({r['mem_goal_mib']:.0f})"
+        lines.append(f"| {r['num_gpus']} | {r['num_requests']:,} | {r['cpu_s']:.0f} ({r['cpu_goal_s']:.0f}) "
+                     f"| {r['cpu_s_per_1k_requests']:.2f} | {r['maxrss_mib']:.0f}{mem_goal} | "
+                     f"{'yes' if r['met'] else 'no'} |")
+    return "\n".join(lines)
 
 
 def gmanager_table(result: dict) -> str:

@@ -23,3 +23,14 @@ def test_the_gmanager_round_is_measured_on_copies():
     assert cost.round_s == cost.intake_s + cost.plan_s + cost.dgfm_s and cost.heartbeat_bytes_per_s > 0
     result = {"points": [], "gmanager_rounds": [asdict(cost)]}
     assert "| 8 |" in gmanager_table(result) and table(result).count("\n") == 1
+
+
+def test_the_latency_check_runs_each_seed_at_once_after_the_round_and_after_the_bound():
+    from repro.benchmarks.scale_latency import latency_check, latency_table
+
+    rounds = [{"num_instances": 8, "round_s": 0.05}, {"num_instances": 16, "round_s": 0.3}]
+    result = latency_check(lambda m: None, {"gmanager_rounds": rounds}, sizes=(8, 12), seeds=(0,))
+    (row,) = result["rows"]  # 12 GPUs has no measured round: skipped
+    assert (row["num_gpus"], row["round_s"], row["bound_s"]) == (8, 0.05, 0.3)
+    assert row["moved_blocks"] > 0 and min(row["tok_s"], row["tok_s_round"], row["tok_s_bound"]) > 0
+    assert "| 8 | 50.0 |" in latency_table(result)
