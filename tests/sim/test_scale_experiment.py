@@ -2,6 +2,8 @@
 result, and a small run end to end (schema, one group per trace and size, the gManager's rounds, figure, row)."""
 import json
 
+import pytest
+
 from repro.experiments.scale.experiment import REFERENCE_GPUS, gain_growth, groups, sizes
 from repro.framework.base import RunParams
 from repro.framework.registry import get_experiment
@@ -25,11 +27,18 @@ def test_only_the_top_traces_run_at_the_largest_size():
     assert made == [(0, 8), (0, 64), (0, 256), (1, 8), (1, 64), (3, 8), (3, 64)]  # default top_traces: 0
 
 
-def test_gain_growth_is_the_largest_sizes_gain_over_the_gain_at_32_gpus():
-    group = lambda trace, gpus, ratio: {"trace_id": trace, "num_gpus": gpus, "max_tput_ratio": ratio}
-    data = {"groups": [group(0, 8, 1.0), group(0, REFERENCE_GPUS, 1.2), group(0, 512, 1.5), group(1, 8, 1.1),
-                       group(1, REFERENCE_GPUS, 1.0), group(2, REFERENCE_GPUS, 1.3)]}
-    assert gain_growth(data) == [(0, 512, 1.5 / 1.2), (1, REFERENCE_GPUS, None), (2, REFERENCE_GPUS, None)]
+def test_gain_growth_is_the_largest_sizes_gain_over_the_gain_at_32_gpus_and_beyond_the_seeds_spread():
+    def group(trace, gpus, ratio, low, high):
+        return {"trace_id": trace, "num_gpus": gpus, "max_tput_ratio": ratio, "max_tput_ratio_min": low,
+                "max_tput_ratio_max": high}
+
+    data = {"groups": [group(0, 8, 1.0, 1.0, 1.0), group(0, REFERENCE_GPUS, 1.2, 1.1, 1.3),
+                       group(0, 512, 1.5, 1.4, 1.6), group(1, REFERENCE_GPUS, 1.0, 0.9, 1.1),
+                       group(1, 512, 1.02, 0.95, 1.08), group(2, REFERENCE_GPUS, 1.3, 1.3, 1.3)]}
+    (t0, n0, g0, low0), (t1, n1, g1, low1), row2 = gain_growth(data)
+    assert (t0, n0) == (0, 512) and g0 == pytest.approx(1.5 / 1.2) and low0 == pytest.approx(1.4 / 1.3) and low0 > 1
+    assert (t1, n1) == (1, 512) and g1 > 1 > low1  # a median that rose inside the seeds' spread: not growth
+    assert row2 == (2, REFERENCE_GPUS, None, None)
 
 
 def test_a_small_scale_run_end_to_end(tmp_path):
