@@ -31,8 +31,8 @@ class SimConfig:
     # send/recv (~7.8 GB/s at 64 MB); "intra-node" NVLink; or a bandwidth in GB/s ("0.125": the paper's Ethernet).
     link: str = DEFAULT_LINK
     gmanager_interval_s: float = 1.0  # heartbeats + gManager round (recalls, Algorithm 1, DGFM)
-    # The round's decisions take effect this long after its heartbeats (0: at once; the scale experiment's
-    # latency arm uses the round's measured CPU time, repro/benchmarks/scale_gmanager.py)
+    # The round's decisions take effect this long after its heartbeats (0: at once; `repro bench scale --latency`
+    # sets the round's CPU time measured by repro/benchmarks/scale_gmanager.py)
     gmanager_latency_s: float = 0.0
     # A calibration file of the machine at hand (`repro profile`) instead of the committed A100/H100 fit, and a
     # fixed rBlock count per instance (None: what the GPU's memory holds): simulating a real local run

@@ -74,7 +74,8 @@ def saturation_per_gpu(log, trace: int = TRACE, requests_per_gpu: float = REQUES
     return {s: rate / PROBE_GPUS for s, rate in group.saturation_per_s.items()}
 
 
-def run_point(num_gpus: int, system: str, load: float, rate_per_s: float, n: int | None = None) -> ScalePoint:
+def run_point(num_gpus: int, system: str, load: float | None, rate_per_s: float,
+              n: int | None = None) -> ScalePoint:
     """One point of `n` requests (default: REQUESTS_PER_GPU per GPU), in the process that calls it (the benchmark
     calls it in a fresh one)."""
     from reference_impl.sim.simulator import simulate

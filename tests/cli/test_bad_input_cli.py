@@ -159,6 +159,12 @@ def test_unwritable_out_fails_before_the_work(in_tmp, capsys, command, out, expe
     assert expected in err or (out == "." and "is a directory" in err), err
 
 
+def test_the_scale_latency_check_needs_a_scale_record(in_tmp, capsys):
+    (in_tmp / "other.json").write_text(json.dumps({"points": []}))
+    fails(["bench", "scale", "--latency", "other.json"], capsys, "not a `repro bench scale` record", in_tmp)
+    fails(["bench", "scale", "--latency", "afile"], capsys, "not a `repro bench scale` record", in_tmp)
+
+
 def test_report_and_plot_need_an_existing_results_dir(in_tmp, capsys):
     fails(["report", "--results-dir", "missing"], capsys, "'missing' does not exist", in_tmp)
     fails(["plot", "--results-dir", "missing"], capsys, "'missing' does not exist", in_tmp)
