@@ -10,7 +10,9 @@ from reference_impl.control.engine import Engine, EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.model.kv_layer import StepKV
 from reference_impl.model.llama import LlamaModel
+from reference_impl.model.sampling import Sampler
 from reference_impl.control.rblock import CPU, DEVICE
+from reference_impl.control.sampling import GREEDY, SamplingParams
 from reference_impl.control.sequence import Sequence
 
 
@@ -34,6 +36,7 @@ class LocalBackend:
             for j, inst in enumerate(insts):
                 self.caches[(inst, tier)] = (k[:, j * n:(j + 1) * n], v[:, j * n:(j + 1) * n])
                 self.storage[(inst, tier)] = (tier, j * n)
+        self.sampler = Sampler(self.device, config.seed)
         self.step_times_s: list[float] = []
 
     def copy_blocks(self, pairs) -> None:
@@ -61,7 +64,7 @@ class LocalBackend:
                                     kv.attend)
         last = torch.tensor(num_new, device=self.device).cumsum(0) - 1
         logits = self.model.logits(hidden[last])
-        token_ids = logits.argmax(-1).tolist()
+        token_ids = self.sampler.sample(logits, [s.sampling for s in seqs], [len(s.output_ids) for s in seqs]).tolist()
         if self.record_logits:
             for seq, row in zip(seqs, logits):
                 seq.logits.append(row.cpu())
@@ -89,15 +92,17 @@ def check_prompts(model: LlamaModel, prompts: list[list[int]]) -> None:
 
 
 def generate(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int, config: EngineConfig, *,
-             ignore_eos: bool = False, record_logits: bool = False, on_step=None, device="cpu") -> GenerationResult:
-    """Greedy generation of every prompt on a local cluster on `device`; `on_step(engine)` runs after each step."""
+             ignore_eos: bool = False, record_logits: bool = False, on_step=None, device="cpu",
+             sampling: SamplingParams = GREEDY) -> GenerationResult:
+    """Generation of every prompt on a local cluster on `device` (greedy unless `sampling` says otherwise);
+    `on_step(engine)` runs after each step."""
     check_prompts(model, prompts)
     if max_new_tokens < 1:
         raise InputError("--max-new-tokens must be >= 1")
     backend = LocalBackend(to_device(model, device), config, device=device, record_logits=record_logits)
     engine = Engine(config, backend)
     eos = None if ignore_eos else model.config.eos_token_id
-    seqs = [Sequence(i, list(p), max_new_tokens, eos) for i, p in enumerate(prompts)]
+    seqs = [Sequence(i, list(p), max_new_tokens, eos, sampling=sampling) for i, p in enumerate(prompts)]
     for seq in seqs:
         engine.add_request(seq)
     engine.run(on_step=on_step)

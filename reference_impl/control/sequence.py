@@ -2,6 +2,8 @@
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
+from reference_impl.control.sampling import GREEDY, SamplingParams
+
 
 class Status(Enum):
     WAITING = auto()
@@ -22,6 +24,7 @@ class Sequence:
     prefill_left: int = 0  # chunked prefill: prompt tokens whose KV is still to compute
     chunk_tokens: int = 0  # chunked prefill: prompt tokens of this step (0: a decode step)
     logits: list = field(default_factory=list)  # per generated token, when recorded
+    sampling: SamplingParams = GREEDY
     num_prompt_tokens: int = field(init=False, default=0)  # len(prompt_ids), read once (a hot path)
 
     def __post_init__(self):
