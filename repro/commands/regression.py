@@ -82,3 +82,29 @@ def bless_speed(size, names, repeats):
         click.echo(f"{case.name:<20} ratio {kept.ratio:8.3g}  (runs {', '.join(f'{r.ratio:.3g}' for r in runs)}; "
                    f"{kept.subject_per_s:.4g} {kept.unit}/s vs {kept.reference_per_s:.4g})")
     click.echo(f"wrote {write_baseline(results)}")
+
+
+@regression.command("hash")
+@click.option("--case", "names", multiple=True, help="Only this hash case (repeatable; default all).")
+@click.option("--check", is_flag=True, help="Exit 1 when a hash differs from the committed one.")
+@click.option("--write", is_flag=True, help="Write the hashes as the committed ones (repro/data/run_hashes.json).")
+def hash_(names, check, write):
+    """Hash simulated runs bit for bit: the quick e2e points without wall_s, every design on 8 GPUs, Infinite-LLM
+    and vLLM-M on 128; a change meant not to move any simulated number keeps every hash."""
+    from repro.progress import progress
+    from repro.regression.hashes import BY_NAME, CASES, load_hashes, write_hashes
+
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise InputError(f"unknown hash case {unknown[0]!r}; choose from {', '.join(BY_NAME)}")
+    committed, hashes, differ = load_hashes(), {}, []
+    for case in progress([BY_NAME[n] for n in names] or list(CASES), desc="hash", unit="case"):
+        hashes[case.name] = case.compute()
+        same = committed.get(case.name) == hashes[case.name]
+        differ += [] if same else [case.name]
+        click.echo(f"{case.name:<32} {hashes[case.name][:16]}  {'same' if same else 'DIFFERS'}")
+    if write:
+        click.echo(f"wrote {write_hashes({**committed, **hashes})}")
+    elif check and differ:
+        click.echo(f"{len(differ)} of {len(hashes)} hashes differ from repro/data/run_hashes.json")
+        sys.exit(1)
