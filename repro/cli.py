@@ -26,6 +26,8 @@ COMMANDS = {
                "Each headline claim of the papers beside the reproduced number and whether it falls in the paper's range."),
     "run": ("repro.commands.run:run",
             "Run an experiment and write results/<experiment>/<run-id>/result.json."),
+    "serve": ("repro.commands.serve:serve",
+              "An OpenAI-compatible server over the engine (completions, chat, streaming, metrics)."),
     "simulate": ("repro.commands.simulate:simulate",
                  "Serve a workload file on the simulated cluster and print its summary."),
     "validate-gpu": ("repro.commands.validate_gpu:validate_gpu",

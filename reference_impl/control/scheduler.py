@@ -229,6 +229,24 @@ class Scheduler:
         self.running.remove(seq)
         self._queue_changed()
 
+    def abort(self, req_id: int) -> Sequence | None:
+        """Drop request `req_id` (a client went away) between steps: out of the queue, or out of the batch with
+        every rBlock it holds here or on other instances, its pending moves and reservations freed. The request,
+        or None when it is not on this instance."""
+        for seq in self.running:
+            if seq.req_id == req_id:
+                self.remove_running(seq)
+                self.rm.free_request(req_id)
+                seq.status = Status.FINISHED
+                return seq
+        for index, seq in enumerate(self.waiting):
+            if seq.req_id == req_id:
+                seq.status = Status.FINISHED
+                if index == 0:
+                    self.is_head_blocked = False  # (as for a request handed to another instance)
+                return self.take_waiting(index)
+        return None
+
     def preempt(self, seq: Sequence) -> None:
         self.remove_running(seq)
         self.rm.free_request(seq.req_id)

@@ -1,0 +1,70 @@
+"""What `repro serve` serves: the server's knobs (ServerConfig) and the model, tokenizer and engine they make."""
+from dataclasses import dataclass
+from pathlib import Path
+
+from reference_impl.control.engine_config import EngineConfig
+from reference_impl.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    model: str = "tiny"  # 'tiny' (the tiny folder, with a tokenizer), a model folder, or 'device-time:<N>ms'
+    served_model_name: str | None = None  # the id clients send as `model` (default: --model as given)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    backend: str = "local"
+    num_instances: int = 2
+    blocks_per_instance: int = 64
+    block_size: int = 16
+    max_batch_size: int = 64
+    pooling: bool = True
+    max_queue: int = 256  # requests waiting for their first token before new ones get 503
+    default_max_tokens: int = 16  # when a request gives none (the OpenAI completions default)
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.max_queue < 1 or self.default_max_tokens < 1:
+            raise InputError("--max-queue and --default-max-tokens must be >= 1")
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.model
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(num_instances=self.num_instances, blocks_per_instance=self.blocks_per_instance,
+                            block_size=self.block_size, max_batch_size=self.max_batch_size, pooling=self.pooling,
+                            seed=self.seed)
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    name: str
+    model: object  # LlamaModel (or a device-time model)
+    tokenizer: object | None  # TextTokenizer, or None: token-id prompts only
+    root: str | None  # the folder it came from
+    max_model_len: int  # prompt + generated tokens one request may reach in this cluster
+
+
+def max_model_len(config: EngineConfig) -> int:
+    """The most tokens one request may hold (EngineConfig.check_fits' room, in tokens)."""
+    room = config.blocks_per_instance_total
+    if config.pooling:
+        room += (config.num_instances - 1) * min(room, config.max_lent_blocks or room)
+    return room * config.block_size
+
+
+def load_served(config: ServerConfig) -> ServedModel:
+    """The model of `config.model` and, where its folder has one, its tokenizer."""
+    from reference_impl.model.llama import load_model
+    from reference_impl.model.resolve import model_folder, resolve_model
+    from reference_impl.model.tokenizer import load_tokenizer
+
+    folder = model_folder(config.model)
+    if folder is None:
+        model, tokenizer = resolve_model(config.model, seed=config.seed), None
+    else:
+        if not Path(folder).is_dir():
+            raise InputError(f"--model {config.model!r}: no such folder; pass 'tiny' or a Hugging Face LLaMA folder")
+        model, tokenizer = load_model(folder), load_tokenizer(folder)
+    return ServedModel(config.model_name, model, tokenizer, None if folder is None else str(folder),
+                       max_model_len(config.engine_config()))

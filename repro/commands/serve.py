@@ -1,0 +1,45 @@
+import click
+
+from repro.options import seed_option
+
+MAX_INSTANCES = 256  # as `repro generate`: more is a cluster's job
+
+
+@click.command("serve")
+@click.option("--model", "model_spec", default="tiny", show_default=True,
+              help="'tiny' (a small model folder with a tokenizer and chat template, built on first use), a Hugging "
+                   "Face LLaMA folder, or 'device-time:<N>ms'.")
+@click.option("--served-model-name", default=None, help="The model id clients send (default: --model as given).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--instances", default=2, show_default=True, type=click.IntRange(1, MAX_INSTANCES),
+              help="Instances in this process (each a model replica); their KV is pooled unless --no-pooling.")
+@click.option("--blocks-per-instance", default=64, show_default=True, type=click.IntRange(min=1),
+              help="rBlocks of KV each instance may hold.")
+@click.option("--block-size", default=16, show_default=True, type=click.IntRange(min=1), help="Tokens per rBlock.")
+@click.option("--max-batch-size", default=64, show_default=True, type=click.IntRange(min=1))
+@click.option("--no-pooling", is_flag=True, help="KV never leaves its instance (vLLM-M): preempt and recompute.")
+@click.option("--max-queue", default=256, show_default=True, type=click.IntRange(min=1),
+              help="Requests waiting for their first token past which new ones get 503 with Retry-After.")
+@click.option("--default-max-tokens", default=16, show_default=True, type=click.IntRange(min=1),
+              help="max_tokens of a request that gives none.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@seed_option
+def serve(model_spec, served_model_name, host, port, instances, blocks_per_instance, block_size, max_batch_size,
+          no_pooling, max_queue, default_max_tokens, log_level, seed):
+    """An OpenAI-compatible server over the engine (local backend): /v1/completions, /v1/chat/completions,
+    /v1/models, /health, /tokenize, /detokenize, /metrics. See docs/serving.md."""
+    from repro.commands.generate import check_kv_fits_memory
+    from reference_impl.server.config import ServerConfig, load_served
+    from reference_impl.server.run import serve_forever
+
+    config = ServerConfig(model=model_spec, served_model_name=served_model_name, host=host, port=port,
+                          num_instances=instances, blocks_per_instance=blocks_per_instance, block_size=block_size,
+                          max_batch_size=max_batch_size, pooling=not no_pooling, max_queue=max_queue,
+                          default_max_tokens=default_max_tokens, seed=seed)
+    served = load_served(config)  # a bad --model fails here, in one line, before the port is taken
+    check_kv_fits_memory(served.model.config, instances, blocks_per_instance, block_size, served.model.dtype.itemsize)
+    click.echo(f"serving {served.name} ({'folder ' + served.root if served.root else 'no tokenizer'}) on "
+               f"http://{host}:{port}/v1 with {instances} instances, max_model_len {served.max_model_len}", err=True)
+    serve_forever(config, log_level=log_level, served=served)
