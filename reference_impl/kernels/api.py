@@ -2,8 +2,8 @@
 import torch
 
 from reference_impl.kernels.backend import resolve_backend
-from reference_impl.kernels.torch_impl import micro_attention_torch, scale_reduce_torch
-from reference_impl.kernels.triton_launch import micro_attention_triton, scale_reduce_triton
+from reference_impl.kernels.torch_impl import micro_attention_torch, scale_reduce_torch, store_kv_torch
+from reference_impl.kernels.triton_launch import micro_attention_triton, scale_reduce_triton, store_kv_triton
 from reference_impl.kernels.validate import (
     check_micro_attention_inputs, check_scale_reduce_inputs, resolve_scale,
 )
@@ -32,6 +32,25 @@ def micro_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, b
     if resolve_backend(backend, q.device) == "triton":
         return micro_attention_triton(q, k_cache, v_cache, block_table, seq_lens, scale)
     return micro_attention_torch(q, k_cache, v_cache, block_table, seq_lens, scale)
+
+
+def store_kv(k, v, k_cache, v_cache, slots, *, backend="auto"):
+    """Store this step's K/V rows in place in paged caches (no gather or copy of blocks).
+
+    k, v      [num_tokens, num_kv_heads, head_dim]
+    k_cache   [num_blocks, block_size, num_kv_heads, head_dim] (v_cache the same shape), written in place
+    slots     [num_tokens] int: block * block_size + offset of each token; a negative slot is skipped (padding)
+    K/V are cast to the cache's dtype.
+    """
+    if k.shape != v.shape or k.dim() != 3 or k_cache.shape != v_cache.shape or k_cache.dim() != 4:
+        raise InputError(f"store_kv: k/v must be [T, Hkv, D] and the caches [blocks, block_size, Hkv, D], got "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
+    if k.shape[1:] != k_cache.shape[2:] or slots.shape != k.shape[:1] or slots.is_floating_point():
+        raise InputError(f"store_kv: rows {tuple(k.shape[1:])} must match the cache's {tuple(k_cache.shape[2:])} "
+                         f"and slots must be [{k.shape[0]}] integers, got {tuple(slots.shape)} {slots.dtype}")
+    if resolve_backend(backend, k.device) == "triton":
+        return store_kv_triton(k, v, k_cache, v_cache, slots)
+    return store_kv_torch(k, v, k_cache, v_cache, slots)
 
 
 def scale_reduce(outs, lses, *, backend="auto"):

@@ -100,3 +100,20 @@ def scale_reduce_kernel(
     lse = tl.where(total > 0, m + tl.log(safe_total), float("-inf"))
     tl.store(out_ptr + seq * stride_o_seq + head * stride_o_head + d, out, mask=d < HEAD_DIM)
     tl.store(lse_ptr + seq * stride_lo_seq + head, lse)
+
+
+@triton.jit
+def store_kv_kernel(
+    k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slots_ptr,
+    stride_k_tok, stride_v_tok, stride_kc_slot, stride_vc_slot,
+    ROW: tl.constexpr, ROW_PAD: tl.constexpr,
+):
+    # One program: one new token's K and V row (all KV heads) written at its slot; slot -1 (padding) is skipped.
+    tok = tl.program_id(0)
+    slot = tl.load(slots_ptr + tok).to(tl.int64)
+    offs = tl.arange(0, ROW_PAD)
+    mask = offs < tl.where(slot >= 0, ROW, 0)
+    k = tl.load(k_ptr + tok * stride_k_tok + offs, mask=mask, other=0.0)
+    v = tl.load(v_ptr + tok * stride_v_tok + offs, mask=mask, other=0.0)
+    tl.store(k_cache_ptr + slot * stride_kc_slot + offs, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
+    tl.store(v_cache_ptr + slot * stride_vc_slot + offs, v.to(v_cache_ptr.dtype.element_ty), mask=mask)

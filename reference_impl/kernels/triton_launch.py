@@ -80,3 +80,23 @@ def scale_reduce_triton(outs, lses, out_dtype=None):
             PARTS_PAD=max(2, _next_pow2(num_parts)),
         )
     return out.to(out_dtype or outs.dtype), lse
+
+
+def _rows(t):
+    """t [T, H, D] as [T, H * D] rows with unit stride inside a row (a view when it can be)."""
+    if t.stride(2) != 1 or t.stride(1) != t.shape[2]:
+        t = t.contiguous()
+    return t
+
+
+def store_kv_triton(k, v, k_cache, v_cache, slots):
+    """k/v [T, Hkv, D] into k_cache/v_cache [num_blocks, block_size, Hkv, D] at flat slots [T] (-1: skipped)."""
+    kernels = load_triton()
+    k, v = _rows(k), _rows(v)
+    row = k.shape[1] * k.shape[2]
+    if k.shape[0]:
+        kernels.store_kv_kernel[(k.shape[0],)](
+            k, v, k_cache, v_cache, slots.contiguous(),
+            k.stride(0), v.stride(0), k_cache.stride(1), v_cache.stride(1),
+            ROW=row, ROW_PAD=max(16, _next_pow2(row)),
+        )
