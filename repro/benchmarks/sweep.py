@@ -32,7 +32,7 @@ from repro.framework.base import RunParams
 from repro.framework.registry import get_experiment
 from repro.load import load_1m
 from repro.serving.executors import LocalPool, RayCluster
-from repro.serving.sweep import Sweep, in_process
+from repro.serving.sweep import SPECULATE_AHEAD, Sweep, in_process
 from repro.serving.tasks import PointTask, RequestSpec
 
 CORES = (16, 64, 256)
@@ -120,15 +120,17 @@ def measure_overheads(log) -> dict:
             "point_cpu_s_median": round(median, 4), "empty_points": EMPTY_POINTS, "executors": rows}
 
 
-def record_graphs(log) -> list[dict]:
-    """The quick figure set's nodes: the point graphs of GRAPH_EXPERIMENTS, one node per SINGLE_EXPERIMENTS."""
+def record_graphs(log, ahead: int = SPECULATE_AHEAD) -> list[dict]:
+    """The quick figure set's nodes: the point graphs of GRAPH_EXPERIMENTS, one node per SINGLE_EXPERIMENTS. The
+    climbs submit `ahead` doublings before the rule asks for them, as on a cluster of CORES (sweep.default_ahead):
+    those that turn out unneeded are nodes too."""
     nodes = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in GRAPH_EXPERIMENTS:
             path = Path(tmp) / f"{name}.json"
             t0 = time.perf_counter()
-            get_experiment(name).run(RunParams(quick=True, extra={"workers": "1", "store": "off",
-                                                                  "graph": str(path)}), lambda line: None)
+            extra = {"workers": "1", "store": "off", "ahead": str(ahead), "graph": str(path)}
+            get_experiment(name).run(RunParams(quick=True, extra=extra), lambda line: None)
             offset = len(nodes)
             for n in json.loads(path.read_text()):
                 nodes.append({**n, "id": n["id"] + offset, "after": [a + offset for a in n["after"]]})

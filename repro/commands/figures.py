@@ -2,7 +2,7 @@ import click
 
 from repro.options import seed_option
 
-SWEEP_KEYS = ("workers", "store", "graph")  # the sweep's own keys (repro/serving/sweep.py SWEEP_PARAMS)
+SWEEP_KEYS = ("workers", "store", "graph", "ahead")  # the sweep's own keys (repro/serving/sweep.py SWEEP_PARAMS)
 
 
 def split_params(pairs: tuple[str, ...]) -> tuple[dict, dict]:
@@ -30,7 +30,7 @@ def split_params(pairs: tuple[str, ...]) -> tuple[dict, dict]:
 @click.option("--address", default=None, help="Ray cluster (HOST:PORT, auto, local) for every simulated point, as "
                                               "repro run --address; default $RAY_ADDRESS, else a local pool.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
-              help="workers=N, store=DIR|off, graph=FILE for the one sweep; EXPERIMENT.KEY=VALUE for one experiment "
+              help="workers=N, store=DIR|off, graph=FILE, ahead=N for the one sweep; EXPERIMENT.KEY=VALUE for one experiment "
                    "(e2e.seeds=5).")
 @click.option("--results-dir", type=click.Path(), default="results", show_default=True)
 @click.option("--figures-dir", type=click.Path(file_okay=False), default="figures", show_default=True)

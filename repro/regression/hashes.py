@@ -1,6 +1,6 @@
 """Hashes of simulated runs, for changes that must not move any simulated number (a faster event loop, a
-reordered climb): the quick e2e points (their data without wall_s, as `repro run --experiment e2e --quick`
-writes it), every design on a small cluster, and Infinite-LLM and vLLM-M on a large one. A run's hash covers
+reordered climb): the quick e2e and sensitivity runs (their data without wall_s, as `repro run --quick` writes
+it; e2e's is a46de835... since 2026-11), every design on a small cluster, and Infinite-LLM and vLLM-M on a large one. A run's hash covers
 every request's record and every step's end, tokens and instance (json, sort_keys: floats by repr, so bit for
 bit). The committed hashes are repro/data/run_hashes.json; `repro regression hash --check` compares with them."""
 import hashlib
@@ -35,12 +35,14 @@ class HashCase:
     compute: Callable[[], str]
 
 
-def _e2e_quick() -> str:
-    from repro.framework.base import RunParams
-    from repro.framework.registry import get_experiment
+def _quick(experiment: str) -> Callable[[], str]:
+    def compute() -> str:
+        from repro.framework.base import RunParams
+        from repro.framework.registry import get_experiment
 
-    data = get_experiment("e2e").run(RunParams(quick=True, extra={"store": "off"}), lambda _: None)
-    return sha256_json(without_wall_s(json.loads(json.dumps(data))))
+        data = get_experiment(experiment).run(RunParams(quick=True, extra={"store": "off"}), lambda _: None)
+        return sha256_json(without_wall_s(json.loads(json.dumps(data))))
+    return compute
 
 
 def _simulated(system: str, num_gpus: int, trace: int, num_requests: int, rate_per_gpu: float) -> Callable[[], str]:
@@ -58,7 +60,8 @@ def _simulated(system: str, num_gpus: int, trace: int, num_requests: int, rate_p
 def _cases() -> list[HashCase]:
     from reference_impl.systems.catalog import DESIGN_NAMES
 
-    cases = [HashCase("e2e-quick", _e2e_quick)]
+    # e2e: the figures' curves; sensitivity: chunked prefill, links, peer-call costs and cores shared by instances
+    cases = [HashCase("e2e-quick", _quick("e2e")), HashCase("sensitivity-quick", _quick("sensitivity"))]
     for system in DESIGN_NAMES:  # every design, past its saturation on a long and a short trace
         cases += [HashCase(f"{system}-trace3-8gpu", _simulated(system, 8, 3, 300, 1.0)),
                   HashCase(f"{system}-trace0-8gpu", _simulated(system, 8, 0, 400, 4.0))]

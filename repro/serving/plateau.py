@@ -8,6 +8,12 @@ throughput is then, per seed, the highest steady-state output rate of the curve 
 saturation a queue builds and the batch keeps filling towards its memory or batch-cap limit as the rate rises, so
 a grid that stops just past saturation under-reads each system by its own amount; doubling the rate until two
 agree reads both at their limit.
+
+Speculation (`ahead`, the sweep's: repro/serving/sweep.py default_ahead): a climb may submit its next doublings
+before the rule asks for them, `ahead` rates past the one it needs, so that on many cores a climb of n doublings
+takes about n / (ahead + 1) point times instead of n. The rule still reads the rates one at a time, in order: a rate
+it did not ask for never joins the curve (its point, run, only lands in the store), so the rates added and max
+throughput are those of `ahead` 0 (tested).
 """
 from dataclasses import dataclass, field
 
@@ -20,7 +26,6 @@ PLATEAU_GROWTH = 2.0
 # Past about 8x the grid's top the points are near-bursts whose medians over 3 seeds still move by 10-20% from one
 # rate to the next; 6 doublings let such a tail settle (docs/max-throughput.md)
 MAX_EXTENSIONS = 6
-
 
 def median_by_rate(points: list[dict], key: str = "steady_output_tok_s") -> list[tuple[float, float]]:
     """(rate, median over seeds of `key`) per rate, ascending."""
@@ -71,14 +76,38 @@ async def climbs_to_plateau(climbs: list[Climb], sweep, max_extensions: int = MA
     await sweep.gather(*(climb_to_plateau(c, sweep, max_extensions) for c in climbs))
 
 
+def next_rate(rate_per_s: float) -> float:
+    return float(f"{rate_per_s * PLATEAU_GROWTH:.4g}")
+
+
 async def climb_to_plateau(c: Climb, sweep, max_extensions: int = MAX_EXTENSIONS) -> None:
-    """One climb: its next rate as soon as its own points say it has not reached its plateau."""
-    for _ in range(max_extensions):
-        if reaches_plateau(c.points) or not any(p["steady_output_tok_s"] > 0 for p in c.points):
-            return
-        rate = float(f"{c.top_rate_per_s * PLATEAU_GROWTH:.4g}")
-        c.added_rates_per_s.append(rate)
-        c.points += await sweep.points(c.make_tasks(rate))
+    """One climb: its next rate as soon as its own points say it has not reached its plateau, with `sweep.ahead`
+    further doublings submitted before they are asked for (module docstring)."""
+    ahead = getattr(sweep, "ahead", 0)
+    submitted: list[tuple[float, object]] = []  # (rate, sweep.start task of its points), in rate order
+    try:
+        for done in range(max_extensions):
+            if reaches_plateau(c.points) or not any(p["steady_output_tok_s"] > 0 for p in c.points):
+                return
+            rate = next_rate(c.top_rate_per_s)
+            c.added_rates_per_s.append(rate)
+            if not ahead:
+                c.points += await sweep.points(c.make_tasks(rate))
+                continue
+            while len(submitted) < min(ahead + 1, max_extensions - done):
+                further = next_rate(submitted[-1][0]) if submitted else rate
+                submitted.append((further, sweep.start(sweep.points(c.make_tasks(further)))))
+            submitted_rate, task = submitted.pop(0)
+            assert submitted_rate == rate, (submitted_rate, rate)
+            c.points += await sweep.join(task)
+    finally:
+        for _, task in submitted:  # not asked for: the points run on (into the store) but join no curve
+            task.add_done_callback(_quiet)
+
+
+def _quiet(task) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: an unneeded point's failure is not this run's
 
 
 def plateau_record(points: list[dict], added_rates_per_s: list) -> dict:

@@ -31,14 +31,27 @@ from repro.serving.task_graph import TaskGraph
 from repro.serving.tasks import (PointTask, RequestSpec, default_workers, log_job, log_point, request_cost,
                                  requests_of, run_call, run_job)
 
+# Doublings a plateau climb submits past the one it needs (repro/serving/plateau.py) where the executor has at
+# least SPECULATE_SLOTS slots: on a cluster the climbs are the figure set's critical path; on a few cores the
+# unneeded points would only cost time
+SPECULATE_AHEAD = 2
+SPECULATE_SLOTS = 16
+
 SWEEP_PARAMS = (
     Param("workers", int, None, "processes for the points (default: one per core; 1 with --quick); with --address "
           "local: the CPUs of that Ray", in_run_id=False),  # the points do not depend on it (tested)
     Param("graph", str, None, "write the run's task graph (each point's CPU seconds and the points it waited for) "
           "to this JSON file", in_run_id=False),
+    Param("ahead", int, None, "doublings a plateau climb submits before the rule asks for them (repro/serving/"
+          "plateau.py; default: 2 on executors of 16 slots or more, else 0); the points do not depend on it",
+          in_run_id=False),
     Param("store", str, None, "folder of finished points reused across runs (default $REPRO_POINT_STORE, else "
           "results/.points); off: none", in_run_id=False),
 )
+
+
+def default_ahead(slots: int) -> int:
+    return SPECULATE_AHEAD if slots >= SPECULATE_SLOTS else 0
 
 
 def sweeps_points(experiment) -> bool:
@@ -52,8 +65,9 @@ def sweep_params(backends: tuple[str, ...] = ()) -> tuple[Param, ...]:
 
 
 class Sweep:
-    def __init__(self, executor, store, log, bar=None, experiment: str = ""):
+    def __init__(self, executor, store, log, bar=None, experiment: str = "", ahead: int | None = None):
         self.executor, self.store, self.log, self.bar = executor, store, log, bar
+        self.ahead = default_ahead(executor.slots) if ahead is None else ahead  # (plateau.py: speculation)
         self.graph = TaskGraph(experiment)
         self.counts = {"run": 0, "stored": 0, "shared": 0}
         self.calls = 0  # handed to the executor: a point, or a batch of short ones
@@ -81,6 +95,12 @@ class Sweep:
 
     def after(self, points) -> None:
         self.graph.after(points)
+
+    def start(self, coro):
+        return self.graph.start(coro)
+
+    async def join(self, task):
+        return await self.graph.join(task)
 
     async def points(self, tasks) -> list[dict]:
         return await self.gather(*(self.point(t) for t in tasks))
@@ -233,6 +253,10 @@ def _keyed(fields_of, *args) -> tuple[str | None, dict | None]:
     return point_key(fields), fields
 
 
+def _int_or_none(value) -> int | None:
+    return None if value is None else int(value)
+
+
 def in_process(log) -> Sweep:
     """Points run here one at a time, no store, a bar per sweep.run (tests, and runners that must run here)."""
     return Sweep(InProcess(), None, log)
@@ -248,7 +272,7 @@ def open_sweep(params, log, desc: str):
     try:
         take = getattr(log, "taken", None)  # the run's one bar (repro run's progress_log), else one of its own
         with (take or live_bar)(desc=f"{desc} points", unit="point") as bar:
-            sweep = Sweep(executor, store, log, bar, experiment=desc)
+            sweep = Sweep(executor, store, log, bar, experiment=desc, ahead=_int_or_none(params.extra.get("ahead")))
             yield sweep
         for line in counts_lines(sweep.graph.nodes) or [f"{desc}: 0 points run, 0 from the store, 0 shared "
                                                         f"within the run"]:

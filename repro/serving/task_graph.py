@@ -2,7 +2,8 @@
 
 What a coroutine has waited for is carried in a context variable: a point awaited in a coroutine becomes that
 coroutine's frontier; `gather` starts each child from its parent's frontier and hands their frontiers back to the
-parent when all are done; `after(points)` adds points awaited by other means (a future another coroutine filled).
+parent when all are done (`start` and `join` likewise, for a coroutine run ahead of being awaited); `after(points)`
+adds points awaited by other means (a future another coroutine filled).
 A point submitted depends on the frontier of the coroutine that submitted it. The benchmark (repro bench sweep)
 schedules such a graph on N cores.
 """
@@ -66,6 +67,20 @@ class TaskGraph:
         if done:  # each child's frontier is its parent's or what followed from it
             _FRONTIER.set(frozenset().union(*(f for _, f in done)))
         return [r for r, _ in done]
+
+    def start(self, coro) -> asyncio.Task:
+        """`coro` started now, on its own (what it submits depends on the current frontier); `join` awaits it."""
+        async def child():
+            result = await coro
+            return result, _FRONTIER.get()
+
+        return asyncio.ensure_future(child())
+
+    async def join(self, task: asyncio.Task):
+        """The result of a `start`ed task, its frontier merged into the caller's."""
+        result, frontier = await task
+        _FRONTIER.set(_FRONTIER.get() | frontier)
+        return result
 
     def to_json(self) -> list[dict]:
         return [asdict(n) for n in self.nodes]

@@ -7,8 +7,10 @@ import pytest
 from repro.framework.base import RunParams
 from repro.framework.registry import get_experiment
 from repro.serving.tasks import PointTask
-from repro.serving.plateau import (MAX_EXTENSIONS, PLATEAU_GROWTH, PLATEAU_TOL, Climb,
-                                               extend_to_plateau, reaches_plateau, top_rise)
+from repro.regression.hashes import without_wall_s
+from repro.serving.plateau import (MAX_EXTENSIONS, PLATEAU_GROWTH, PLATEAU_TOL, Climb, climb_to_plateau,
+                                   extend_to_plateau, reaches_plateau, top_rise)
+from repro.serving.sweep import in_process
 
 LIMIT_TOK_S = 1000.0
 
@@ -76,3 +78,47 @@ def test_e2e_quick_curves_reach_their_plateau_and_max_throughput_is_read_there()
             assert g["max_tput_tok_s"][system][i] >= g["grid_max_tput_tok_s"][system][i]
     ratios = [a / b for a, b in zip(g["max_tput_tok_s"]["infinite-llm"], g["max_tput_tok_s"][g["baseline"]])]
     assert g["max_tput_ratio"] == pytest.approx(float(np.median(ratios)))
+
+
+def _plateau_after(n: int):
+    """A curve that rises 50% a doubling for its first n doublings past rate 2, then stays flat."""
+    def runner(task: PointTask) -> dict:
+        steps = min(n, max(0, round(np.log2(task.rate_per_s / 2))))
+        return _point(task.rate_per_s, 100 * 1.5 ** steps + task.seed, task.seed)
+    return runner
+
+
+def _climb(runner, seeds=(0, 1)):
+    return Climb([runner(t) for rate in (1.0, 2.0) for t in _tasks(runner, seeds, rate)],
+                 lambda rate: _tasks(runner, seeds, rate))
+
+
+@pytest.mark.parametrize("ahead", [1, 2, 5])
+@pytest.mark.parametrize("runner", [_plateau_after(0), _plateau_after(1), _plateau_after(3), _always_rising],
+                         ids=["flat", "one", "three", "rising"])
+def test_doublings_submitted_ahead_add_the_same_rates_and_points(ahead, runner):
+    reference, sweep = _climb(runner), in_process(lambda line: None)
+    sweep.run(climb_to_plateau(reference, sweep))
+    climb, sweep = _climb(runner), in_process(lambda line: None)
+    sweep.ahead = ahead
+    sweep.run(climb_to_plateau(climb, sweep))
+    assert climb.added_rates_per_s == reference.added_rates_per_s and climb.points == reference.points
+    ran = sorted({n.rate_per_s for n in sweep.graph.nodes})
+    needed = len(reference.added_rates_per_s)
+    # the unneeded rates ran (into no curve), at most `ahead` past the last needed one
+    assert needed <= len(ran) <= min(MAX_EXTENSIONS, needed + ahead) or needed == 0
+    # each submitted batch waits for what was known when it went, not for the doubling before it
+    after = {n.rate_per_s: set(n.after) for n in sweep.graph.nodes}
+    if needed >= 2:
+        first, second = reference.added_rates_per_s[:2]
+        ids_of_first = {n.id for n in sweep.graph.nodes if n.rate_per_s == first}
+        assert not after[second] & ids_of_first
+
+
+def test_e2e_quick_curves_equal_with_doublings_ahead():
+    def run(ahead):
+        data = get_experiment("e2e").run(RunParams(quick=True, extra={"traces": "0", "seeds": "2", "workers": "1",
+                                                                      "store": "off", "ahead": ahead}),
+                                         lambda line: None)
+        return without_wall_s(data)
+    assert run("0") == run("3")

@@ -197,25 +197,26 @@ async def on_sweep(params, log, sweep) -> dict:
 
 
 async def climb_arms(arms: list[tuple], owner: list[dict], twins: dict, seeds, sweep) -> dict[int, list[CurveGroup]]:
-    """Each climbing arm's groups, one per seed (arm index -> groups), all arms at once: an arm's later seed as
-    soon as its first is done, a batch-cap arm's seed as soon as the default cap's climb of that seed is done (its
-    points answer those of the capped arm's that no cap could have bound)."""
+    """Each climbing arm's groups, one per seed (arm index -> groups), all arms at once: an arm's later seeds side
+    by side as soon as its first is done, a batch-cap arm's seed as soon as the default cap's climb of that seed is
+    done (its points answer those of the capped arm's that no cap could have bound)."""
     climbing = [i for i, own in enumerate(owner) if i in own.values()]
     done = {(i, k): asyncio.get_running_loop().create_future() for i in climbing for k in range(len(seeds))}
 
+    async def arm_seed(i: int, k: int, first: CurveGroup | None) -> CurveGroup:
+        g = dataclasses.replace(arms[i][4], systems=tuple(s for s, o in owner[i].items() if o == i),
+                                saturation_per_s={}, probe_points={}, info=dict(arms[i][4].info))
+        if i in twins:
+            twin = {s: (await done[(owner[twins[i]][s], k)]).probe_points[s] for s in g.systems}
+            sweep.after([p for points in twin.values() for p in points])
+            g.answer = partial(cap_twin_point, twin, arms[twins[i]][4].base.engine.max_batch_size)
+        await climb_seed(g, first, seeds[k], sweep)
+        done[(i, k)].set_result(g)
+        return g
+
     async def arm(i: int) -> list[CurveGroup]:
-        out = []
-        for k, seed in enumerate(seeds):
-            g = dataclasses.replace(arms[i][4], systems=tuple(s for s, o in owner[i].items() if o == i),
-                                    saturation_per_s={}, probe_points={}, info=dict(arms[i][4].info))
-            if i in twins:
-                twin = {s: (await done[(owner[twins[i]][s], k)]).probe_points[s] for s in g.systems}
-                sweep.after([p for points in twin.values() for p in points])
-                g.answer = partial(cap_twin_point, twin, arms[twins[i]][4].base.engine.max_batch_size)
-            await climb_seed(g, out[0] if out else None, seed, sweep)
-            done[(i, k)].set_result(g)
-            out.append(g)
-        return out
+        first = await arm_seed(i, 0, None)  # the later seeds start from its reading rates, side by side
+        return [first, *await sweep.gather(*(arm_seed(i, k, first) for k in range(1, len(seeds))))]
 
     return dict(zip(climbing, await sweep.gather(*(arm(i) for i in climbing))))
 
