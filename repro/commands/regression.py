@@ -82,3 +82,22 @@ def bless_speed(size, names, repeats):
         click.echo(f"{case.name:<20} ratio {kept.ratio:8.3g}  (runs {', '.join(f'{r.ratio:.3g}' for r in runs)}; "
                    f"{kept.subject_per_s:.4g} {kept.unit}/s vs {kept.reference_per_s:.4g})")
     click.echo(f"wrote {write_baseline(results)}")
+
+
+@regression.command("hash")
+@click.option("--case", "names", multiple=True, help="Only this case (repeatable; default all).")
+@click.option("--e2e-result", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Also hash this result.json's points without wall_s (e.g. of `repro run --experiment e2e --quick`).")
+def hash_runs(names, e2e_result):
+    """Print a hash of each fixed simulated run (every design, chunked prefill, 32 GPUs): equal before and after a
+    change means that change moved no simulated number of them."""
+    from repro.regression.hashes import CASES, e2e_points_hash, run_case
+
+    by_name = {c.name: c for c in CASES}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise InputError(f"unknown hash case {unknown[0]!r}; choose from {', '.join(by_name)}")
+    for case in [by_name[n] for n in names] or CASES:
+        click.echo(f"{case.name:<18} {run_case(case)[:16]}")
+    if e2e_result is not None:
+        click.echo(f"{'e2e points':<18} {e2e_points_hash(e2e_result)[:16]}")
