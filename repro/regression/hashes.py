@@ -53,7 +53,7 @@ def digest(obj) -> str:
 
 def run_case(case: HashCase) -> str:
     """The hash of `case`'s simulated run."""
-    from reference_impl.sim.simulator import simulate
+    from reference_impl.systems.run import simulate
     from reference_impl.systems.registry import cluster, system_config
 
     base = cluster("llama2-7b", "A100-80GB-SXM", case.num_gpus, num_blocks=case.num_blocks)
