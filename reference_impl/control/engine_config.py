@@ -5,6 +5,10 @@ from dataclasses import dataclass
 from reference_impl.errors import InputError
 from reference_impl.control.sequence import Sequence, num_blocks_for
 
+# The gManager's cadence: seconds between its rounds (heartbeats, recalls, Algorithm 1, DGFM), the one default every
+# backend derives its own from (ClusterConfig.gmanager_interval_s)
+GMANAGER_INTERVAL_S = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class GManagerConfig:

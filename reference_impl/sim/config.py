@@ -1,14 +1,14 @@
-"""What a simulated cluster is: model, GPU, the instances' parallelism and link, and the engine (EngineConfig)."""
+"""What a simulated cluster is: a ClusterConfig (cluster_config.py) and the simulator's own fields beside it; the
+calibrated cost model of one of its instances."""
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from reference_impl.calibration.engine_costs import EngineCosts
 from reference_impl.calibration.model import CalibratedPerfModel
-from reference_impl.calibration.specs import gpu_entry, model_spec
+from reference_impl.calibration.specs import gpu_entry
+from reference_impl.cluster_config import ClusterConfig
 from reference_impl.control.engine_config import EngineConfig, GManagerConfig
 from reference_impl.errors import InputError
-from reference_impl.systems.catalog import design
-from reference_impl.calibration.links import DEFAULT_LINK
 
 
 # The engine of a simulated cluster where the engine's own defaults do not fit the papers' A100 clusters: a coarse
@@ -22,15 +22,10 @@ SIM_ENGINE = EngineConfig(num_instances=4, block_size=128, max_batch_size=256, m
 
 
 @dataclass(frozen=True, slots=True)
-class SimConfig:
-    model: str = "llama2-7b"
-    gpu: str = "A100-80GB-SXM"
-    tp: int = 1
-    pp: int = 1
-    # Link between instances for remote MicroAttention and KV moves: "inter-node" is Vidur's measured A100 DGX
-    # send/recv (~7.8 GB/s at 64 MB); "intra-node" NVLink; or a bandwidth in GB/s ("0.125": the paper's Ethernet).
-    link: str = DEFAULT_LINK
-    gmanager_interval_s: float = 1.0  # heartbeats + gManager round (recalls, Algorithm 1, DGFM)
+class SimConfig(ClusterConfig):
+    """A cluster (ClusterConfig: model, GPU, parallelism, link, engine, design, gManager cadence) and what only the
+    simulator reads of it."""
+    engine: EngineConfig = SIM_ENGINE
     # The round's decisions take effect this long after its heartbeats (0: at once; `repro bench scale --latency`
     # sets the round's CPU time measured by repro/benchmarks/scale_gmanager.py)
     gmanager_latency_s: float = 0.0
@@ -41,27 +36,15 @@ class SimConfig:
     # What the engine implementation costs beyond the cost model (a served step, a peer call, co-running); None: the
     # calibration's (none in the A100/H100 fits, which have no engine; measured by sim-vs-real's pooled arm)
     engine_costs: EngineCosts | None = None
-    engine: EngineConfig = SIM_ENGINE  # the instances, pooling and the control plane's knobs
-    # The serving design whose policies run this cluster (reference_impl/systems/catalog.py), and its own knobs
-    # (a frozen dataclass of that design's; None: its defaults)
-    design: str = "infinite-llm"
-    design_knobs: object | None = None
 
     def __post_init__(self):
-        if not self.gmanager_interval_s > 0:
-            raise InputError(f"gManager interval must be > 0 s (got {self.gmanager_interval_s})")
+        ClusterConfig.__post_init__(self)
         if not 0 <= self.gmanager_latency_s < self.gmanager_interval_s:
             raise InputError(f"gManager round latency must be >= 0 s and under the interval "
                              f"({self.gmanager_interval_s} s); got {self.gmanager_latency_s}")
-        model_spec(self.model)
         gpus_per_node = gpu_entry(self.gpu)["gpus_per_node"] if self.coefficients_path is None else 1
         if self.tp > gpus_per_node:
             raise InputError(f"tp={self.tp} does not fit a node of {gpus_per_node} GPUs; use pp across nodes")
-
-    @property
-    def num_gpus(self) -> int:
-        gpus = design(self.design).gpus  # a design whose instances differ in shape counts its own (Design.gpus)
-        return gpus(self) if gpus is not None else self.engine.num_instances * self.tp * self.pp
 
 
 def sim_engine(**knobs) -> EngineConfig:
@@ -72,17 +55,6 @@ def sim_engine(**knobs) -> EngineConfig:
 def with_engine(config: SimConfig, **knobs) -> SimConfig:
     """`config` with these fields of its EngineConfig changed."""
     return replace(config, engine=replace(config.engine, **knobs))
-
-
-def as_simulated(config: SimConfig) -> SimConfig:
-    """`config` with the settings its runs never read put back to their defaults, so that two configs which
-    simulate the same run compare equal: the pooled engine's own policy and backend (Infinite-LLM, vLLM-M, vLLM-S)
-    without pooling send nothing over the link (no remote MicroAttention, no KV moves, no gManager round) and no
-    instance calls a peer. A design with a policy or backend of its own may use the link without pooling (a
-    migration, a prefill/decode hand-over): its config is kept whole."""
-    if config.engine.pooling or not design(config.design).on_pooled_engine:
-        return config
-    return replace(config, link=DEFAULT_LINK, engine_costs=replace(engine_costs(config), peer_call_s=0.0))
 
 
 def perf_model(config: SimConfig) -> CalibratedPerfModel:

@@ -1,33 +1,47 @@
 """The simulator: a discrete-event clock over the engine's own control plane, step times from the cost model.
 
     from reference_impl.sim.simulator import simulate
-    from reference_impl.systems.registry import cluster, system_config
+        from reference_impl.systems.registry import cluster, system_config
     config = cluster("llama2-7b", "A100-80GB-SXM", num_gpus=32)    # Infinite-LLM: 32 instances of tp=1
-    result = simulate(config, requests)          # requests: workloads.Request list (arrival_s, prompt/output len)
-    result = simulate(system_config("vllm-m", config), requests)  # pooling off: oversize requests are rejected
-    result = simulate(system_config("vllm-s", config), requests)  # one instance of all GPUs, TP in a node, PP across
+    result = simulate(config, requests, design=design("infinite-llm"))  # requests: workloads.Request list
+    vllm_m = system_config("vllm-m", config)     # pooling off: oversize requests are rejected
+    result = simulate(vllm_m, requests, design=design("vllm-m"))
+    # (reference_impl.systems.run.simulate(config, requests) looks the design of config.design up and does this)
     result.requests        # RequestRecord per request: status, inst_id, first_token_s, finish_s, preemptions
     result.summary()       # output_tok_s, mean/p99 latency, counts finished/rejected/unfinished
     result.throughput_over_time(bin_s=1.0, inst_ids=None)   # (bin start [n], tokens/s [n])
 
-`Simulator` owns the event heap, the time and the limit (Vidur's shape); each event (events.py) handles itself on
+The simulator imports no design: the caller hands it the Design (systems/design.py) whose policy and backend run
+the cluster. `Simulator` owns the event heap, the time and the limit (Vidur's shape); each event (events.py) handles itself on
 it and returns the events it causes. Each instance steps on its own clock: a step lasts what the cost model gives
 for what it does (backend.py); the instance's state changes when the step starts and its tokens count when it
 ends. Same config and requests, same result, bit for bit: ties break by event order; no wall clock is read.
 `ServingRun.idle_waiting_frac`: the share of instance-time with no step running while some waiting request's KV
 fit the cluster's free rBlocks.
 """
+from __future__ import annotations
+
 import gc
 import heapq
 import itertools
+from typing import Protocol
 
 from reference_impl.control.memo import Memo
 from reference_impl.control.sequence import Sequence
+from reference_impl.errors import InputError
 from reference_impl.serving.records import FINISHED, REJECTED, RequestRecord, ServingRun, drain_rank
 from reference_impl.sim.backend import SimBackend, StepOutcome, build_engine
 from reference_impl.sim.config import SimConfig
 from reference_impl.sim.events import MAX_NOOP_STEPS_PER_INSTANT, Arrival, Event, GManagerRound, Handoff, Step
-from reference_impl.systems.catalog import design
+from reference_impl.sim.policy import Policy
+
+
+class Design(Protocol):
+    """What the simulator reads of a design (systems/design.py's Design): its name (the config's `design`), the
+    policy that makes its decisions and the backend that prices its steps."""
+    name: str
+    policy: type[Policy]
+    backend: type[SimBackend]
 
 GC_YOUNG_THRESHOLD = 50_000
 
@@ -36,14 +50,17 @@ class Simulator:
     """One run: the event heap, the time and the limit, and the cluster the events act on (the engine on a
     SimBackend, the requests' records, which instances have a step in flight, the idle-while-work-waits time)."""
 
-    def __init__(self, config: SimConfig, requests, *, max_sim_s: float = float("inf"), on_event=None,
-                 on_round=None, prefill_elsewhere: bool = False, steady_only: bool = False):
+    def __init__(self, config: SimConfig, requests, *, design: Design, max_sim_s: float = float("inf"),
+                 on_event=None, on_round=None, prefill_elsewhere: bool = False, steady_only: bool = False):
+        if design.name != config.design:
+            raise InputError(f"the design handed to the simulator ({design.name}) is not the config's "
+                             f"({config.design})")
         self.config = config
         self.max_sim_s = max_sim_s  # lowered to the steady-state window's end once known, with steady_only
         self.on_event, self.on_round = on_event, on_round
         self.records = {r.req_id: RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len) for r in requests}
         self.result = ServingRun(list(self.records.values()))
-        self.design = design(config.design)
+        self.design = design
         self.backend: SimBackend = self.design.backend(config, self.records, prefill_elsewhere=prefill_elsewhere)
         self.engine = build_engine(config, self.backend)
         self.seqs: dict[int, Sequence] = {}
@@ -263,11 +280,11 @@ class _SteadyEnd:
         return max(self.last_arrival_s, -self._smallest[0])
 
 
-def simulate(config: SimConfig, requests, *, max_sim_s: float = float("inf"), on_event=None, on_round=None,
-             prefill_elsewhere: bool = False, steady_only: bool = False) -> ServingRun:
-    """Serve `requests` (objects with req_id, arrival_s, prompt_len, output_len) on the cluster of `config`
-    until every request finished, was rejected, or is stuck, or `max_sim_s` passed; `on_event(now_s)` is called
-    after each event and `on_round(now_s, engine)` after each gManager round. `prefill_elsewhere`: prompts arrive
+def simulate(config: SimConfig, requests, *, design: Design, max_sim_s: float = float("inf"), on_event=None,
+             on_round=None, prefill_elsewhere: bool = False, steady_only: bool = False) -> ServingRun:
+    """Serve `requests` (objects with req_id, arrival_s, prompt_len, output_len) on the cluster of `config`, run by
+    `design`, until every request finished, was rejected, or is stuck, or `max_sim_s` passed; `on_event(now_s)` is
+    called after each event and `on_round(now_s, engine)` after each gManager round. `prefill_elsewhere`: prompts arrive
     with their KV computed by a separate prefill pool, so prefill steps take no time here (their KV is still
     allocated, spilled and placed by the engine as usual): for studying decode-phase memory behaviour at lengths
     whose prefill alone would take minutes. `steady_only`: stop once the steady-state window has ended; its
@@ -278,7 +295,7 @@ def simulate(config: SimConfig, requests, *, max_sim_s: float = float("inf"), on
     # generation every 700 allocations (Python's default) took 4-6% of a 32-instance point
     gc.set_threshold(GC_YOUNG_THRESHOLD, *threshold[1:])
     try:
-        return Simulator(config, requests, max_sim_s=max_sim_s, on_event=on_event, on_round=on_round,
+        return Simulator(config, requests, design=design, max_sim_s=max_sim_s, on_event=on_event, on_round=on_round,
                          prefill_elsewhere=prefill_elsewhere, steady_only=steady_only).run()
     finally:
         gc.set_threshold(*threshold)

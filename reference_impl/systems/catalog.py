@@ -1,6 +1,7 @@
 """Every serving design the harness compares, by name: the one dict that feeds the CLI's choices. Each name maps
 to the module that defines its `DESIGN` (design.py), imported when first asked for, so that listing the names
-(`repro simulate --help`) imports no cost model."""
+(`repro simulate --help`) imports no cost model. The caller asks `design` once and hands the Design to the backend
+that runs it (the simulator and the real backends import no design: tests/sim/test_import_graph.py)."""
 import importlib
 
 from reference_impl.errors import InputError

@@ -18,8 +18,10 @@ class Design:
     policy: type[Policy] = Policy
     backend: type[SimBackend] = SimBackend
     real_engine: bool = True  # the engine's local and Ray backends run it too (policy = the config alone)
-    # the GPUs of a cluster it made, where its instances differ in shape (None: instances x tp x pp)
-    gpus: Callable[[SimConfig], int] | None = None
+    # devices beyond the GPUs that a cluster it made holds, priced as lamina Table 1's memory device (pricing.py)
+    memory_devices: Callable[[SimConfig], int] | None = None
+    # its knobs fitted to a workload (a request list), where the design fits them per workload (None: it does not)
+    workload_knobs: Callable[[list], object] | None = None
 
     @property
     def on_pooled_engine(self) -> bool:

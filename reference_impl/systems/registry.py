@@ -5,7 +5,8 @@ from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.control.engine_config import EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.systems.catalog import design
-from reference_impl.sim.config import SIM_ENGINE, SimConfig, perf_model
+from reference_impl.sim.config import SIM_ENGINE, SimConfig, engine_costs, perf_model
+from reference_impl.calibration.links import DEFAULT_LINK
 
 
 KV_SHARE_MIN = 0.5  # an instance is "appropriate" when at least this share of its usable memory holds KV
@@ -45,3 +46,14 @@ def cluster(model: str, gpu: str, num_gpus: int, *, engine: EngineConfig = SIM_E
 def system_config(system: str, base: SimConfig) -> SimConfig:
     """`base` as the design called `system` runs it (catalog.py)."""
     return design(system).config(base)
+
+
+def as_simulated(config: SimConfig) -> SimConfig:
+    """`config` with the settings its runs never read put back to their defaults, so that two configs which
+    simulate the same run compare equal: the pooled engine's own policy and backend (Infinite-LLM, vLLM-M, vLLM-S)
+    without pooling send nothing over the link (no remote MicroAttention, no KV moves, no gManager round) and no
+    instance calls a peer. A design with a policy or backend of its own may use the link without pooling (a
+    migration, a prefill/decode hand-over): its config is kept whole."""
+    if config.engine.pooling or not design(config.design).on_pooled_engine:
+        return config
+    return replace(config, link=DEFAULT_LINK, engine_costs=replace(engine_costs(config), peer_call_s=0.0))

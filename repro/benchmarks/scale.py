@@ -78,7 +78,7 @@ def run_point(num_gpus: int, system: str, load: float | None, rate_per_s: float,
               n: int | None = None) -> ScalePoint:
     """One point of `n` requests (default: REQUESTS_PER_GPU per GPU), in the process that calls it (the benchmark
     calls it in a fresh one)."""
-    from reference_impl.sim.simulator import simulate
+    from reference_impl.systems.run import simulate
 
     requests = _requests(TRACE, n or num_requests(num_gpus), "fitted", rate_per_s, SEED)
     config = system_config(system, base_config(num_gpus))

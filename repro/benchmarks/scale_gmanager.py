@@ -18,7 +18,7 @@ import numpy as np
 
 from reference_impl.control.gmanager import GManager
 from reference_impl.control.protocol import Heartbeat
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from repro.benchmarks.scale import base_config
 from repro.experiments.e2e import _requests
 

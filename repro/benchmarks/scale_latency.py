@@ -8,7 +8,7 @@ steady-state window's end; its steady-state output rate is the max throughput th
 """
 from dataclasses import asdict, dataclass, replace
 
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from reference_impl.systems.registry import system_config
 from repro.benchmarks.scale import SEED, _machine, base_config, saturation_per_gpu
 from repro.experiments.e2e import _requests

@@ -32,7 +32,7 @@ def simulate(workload_path, system, model, gpu, num_gpus, tp, link, out):
     """Serve a workload file on the simulated cluster and print its summary."""
     from reference_impl.atomic import check_writable_file, write_json_atomic
     from reference_impl.sim.config import SimConfig, blocks_per_instance, sim_engine
-    from reference_impl.sim.simulator import simulate as run_sim
+    from reference_impl.systems.run import simulate as run_sim
     from reference_impl.systems.registry import cluster, system_config
     from repro.progress import progress
     from workloads import load_jsonl

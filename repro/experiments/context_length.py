@@ -13,7 +13,7 @@ import pandas as pd
 from reference_impl.calibration.links import DEFAULT_LINK
 from reference_impl.serving.records import tpot_s
 from reference_impl.sim.config import blocks_per_instance, sim_engine, with_engine
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from reference_impl.systems.registry import cluster, system_config
 from repro.framework.base import ClaimRow, Experiment, default_run_id
 from repro.framework.figures import main_result, plt, save, sns

@@ -19,7 +19,7 @@ import pandas as pd
 
 from reference_impl.control.dgfm import count_cycles, debt_graph
 from reference_impl.sim.config import SimConfig, blocks_per_instance, sim_engine, with_engine
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from repro.framework.base import ClaimRow, Experiment, default_run_id
 from repro.framework.figures import main_result, new_figure, save, sns
 from repro.framework.params import Param, positive_float, positive_int

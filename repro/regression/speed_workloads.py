@@ -23,7 +23,7 @@ from reference_impl.model.llama import TINY, random_model
 from reference_impl.serving.records import RequestRecord
 from reference_impl.sim.backend import SimBackend, build_engine
 from reference_impl.sim.events import PromptIds
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from reference_impl.systems.registry import cluster, system_config
 from repro.attention.bench import MODEL_HEADS, AttentionBenchPoint, contiguous_kv, kv_bytes, paged_inputs
 from repro.benchmarks.engine import prefilled_engine

@@ -22,8 +22,7 @@ import sys
 from pathlib import Path
 
 from reference_impl.calibration import coefficients
-from reference_impl.sim.config import as_simulated
-from reference_impl.systems.registry import system_config
+from reference_impl.systems.registry import as_simulated, system_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM_SOURCES = ("reference_impl", "workloads", "repro/serving/tasks.py")

@@ -56,9 +56,10 @@ class RayPoint:
 
     def __call__(self, task) -> dict:
         from reference_impl.backends.ray.serving import engine_config, instance_stats
+        from reference_impl.systems.catalog import design
 
         num_instances, blocks, block_size, max_batch = self.shape
-        config = engine_config(task.system, num_instances, blocks, block_size, max_batch_size=max_batch,
+        config = engine_config(design(task.system), num_instances, blocks, block_size, max_batch_size=max_batch,
                                seed=task.seed)
         t0 = time.perf_counter()
         run, stats = self.server.serve(list(task.requests), config, seed=task.seed)

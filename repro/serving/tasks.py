@@ -11,7 +11,7 @@ import numpy as np
 from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.serving.points import ServingPoint
 from reference_impl.sim.config import SimConfig, blocks_per_instance, perf_model
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from reference_impl.systems.registry import system_config
 from repro.framework.params import parse_params
 from repro.serving.keys import requests_sha256

@@ -18,7 +18,7 @@ from reference_impl.control.sequence import num_blocks_for
 from reference_impl.model.llama import random_model
 from reference_impl.profiling.step_overhead import engine_model_config
 from reference_impl.sim.config import SimConfig, sim_engine
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from repro.experiments.sim_vs_real.calibration import calibrate
 from repro.experiments.sim_vs_real.points import run_summary
 from repro.serving.tasks import workload

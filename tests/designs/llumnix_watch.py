@@ -3,7 +3,7 @@ test module, so its checks run at full speed: pytest rewrites only the asserts o
 from collections import Counter
 
 from invariants import check_cluster
-from reference_impl.sim.simulator import Simulator
+from reference_impl.systems.run import simulator
 
 
 class Watch:
@@ -15,7 +15,7 @@ class Watch:
         self.outputs: dict[int, int] = {}  # req_id -> generated tokens so far
         self.paused: dict[int, int] = {}  # paused request -> its tokens when the pause began
         self.checked = None  # the cluster's change counts at the last check
-        self.sim = Simulator(config, requests, on_event=self.on_event)
+        self.sim = simulator(config, requests, on_event=self.on_event)
         self.result = self.sim.run()
 
     def on_event(self, now_s: float) -> None:

@@ -10,8 +10,9 @@ from hypothesis import given, settings, strategies as st
 from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.calibration.specs import model_spec
 from reference_impl.sim.config import perf_model
-from reference_impl.sim.simulator import Simulator, simulate
-from reference_impl.systems.lamina.cluster import LaminaKnobs, accelerators, knobs_of, price_usd
+from reference_impl.systems.run import simulator, simulate
+from reference_impl.systems.lamina.cluster import LaminaKnobs, knobs_of
+from reference_impl.systems.pricing import accelerators, price_usd
 from reference_impl.systems.lamina.hardware import MEMORY_DEVICE, device, kv_bytes_per_token
 from reference_impl.systems.lamina.step_cost import (StepPricer, attention_s, compute_s, network_s,
                                                       pipelined_step_s)
@@ -84,7 +85,7 @@ def check_homes(sim):
 def test_every_block_one_home_and_pools_within_memory_at_every_event():
     config = lamina(memory_devices=1)  # small pools: preemptions happen
     requests = fixed(60, 3000, 400, gap_s=0.05)
-    sim = Simulator(config, requests, on_event=lambda t: check_homes(sim))
+    sim = simulator(config, requests, on_event=lambda t: check_homes(sim))
     result = sim.run()
     assert result.summary().num_finished == 60
     assert sum(r.num_preemptions for r in result.requests) > 0
@@ -144,8 +145,8 @@ def test_price_and_accelerators_count_memory_devices():
 
 
 def test_step_meter_sees_prefill_and_decode_time():
-    from reference_impl.sim.simulator import Simulator
-    sim = Simulator(lamina(), fixed(4, 1000, 20))
+    from reference_impl.systems.run import simulator
+    sim = simulator(lamina(), fixed(4, 1000, 20))
     result = sim.run()
     meter = sim.backend.meter
     assert 0 < meter.prefill_step_s < meter.step_s

@@ -11,7 +11,7 @@ from llumnix_watch import Watch
 from reference_impl.control.engine_config import EngineConfig
 from reference_impl.control.instance import Instance
 from reference_impl.control.sequence import Sequence, Status
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from reference_impl.systems.llumnix.freeness import choose_request, freeness_tok, pair_instances
 from reference_impl.systems.llumnix.knobs import REQUEST_POLICIES, LlumnixKnobs
 from reference_impl.systems.registry import cluster, system_config

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.serving.records import FINISHED, REJECTED
 from reference_impl.sim.config import SimConfig, perf_model, sim_engine
-from reference_impl.sim.simulator import Simulator, simulate
+from reference_impl.systems.run import simulator, simulate
 from reference_impl.systems.loongserve import LoongServeKnobs
 from reference_impl.systems.loongserve.analytic import Candidate, choose_group, fit_prefill_model
 from reference_impl.systems.loongserve.backend import LoongServeBackend
@@ -48,7 +48,7 @@ def checked_run(config, requests):
         rms = [holder["sim"].engine.rmanagers[i] for i in sorted(holder["sim"].engine.rmanagers)]
         check_invariants(rms, exclusive_roles=False)
 
-    sim = holder["sim"] = Simulator(config, requests, on_event=check)
+    sim = holder["sim"] = simulator(config, requests, on_event=check)
     return sim, sim.run()
 
 

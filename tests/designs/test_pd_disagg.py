@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from reference_impl.calibration.specs import model_spec
 from reference_impl.control.sequence import num_blocks_for
 from reference_impl.serving.records import FINISHED, REJECTED
-from reference_impl.sim.simulator import Simulator, simulate
+from reference_impl.systems.run import simulator, simulate
 from reference_impl.systems.pd_disagg.knobs import PDKnobs, shape_of
 from reference_impl.systems.registry import cluster, system_config
 from workloads.generate import generate
@@ -55,7 +55,7 @@ def check_cluster(sim):
 
 
 def run_checked(config, requests):
-    sim = Simulator(config, requests)
+    sim = simulator(config, requests)
     sim.on_event = lambda _t: check_cluster(sim)
     return sim, sim.run()
 

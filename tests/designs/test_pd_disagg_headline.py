@@ -3,7 +3,7 @@ and goodput as a rate the system meets the SLO at."""
 from dataclasses import replace
 
 from reference_impl.serving.records import FINISHED, REJECTED, RequestRecord, ServingRun
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from reference_impl.systems.pd_disagg.headline import Slo, attainment, compare, goodput
 from reference_impl.systems.pd_disagg.knobs import PDKnobs, shape_of
 from reference_impl.systems.registry import cluster, system_config

@@ -9,7 +9,7 @@ from reference_impl.control.engine_config import EngineConfig
 from reference_impl.control.gmanager import GManager
 from reference_impl.control.protocol import Heartbeat, InstanceStatus, RequestPlacementEntry as Entry
 from reference_impl.sim.config import SimConfig, sim_engine
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from repro.framework.base import RunParams
 from repro.framework.registry import get_experiment
 from repro.results import load_results, run_and_save

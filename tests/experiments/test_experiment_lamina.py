@@ -82,7 +82,7 @@ def test_served_trace_decodes_at_the_figures_context():
 
 
 def test_served_clusters_are_the_arithmetics_and_each_step_down_is_a_cost():
-    from reference_impl.systems.lamina.cluster import price_usd
+    from reference_impl.systems.pricing import price_usd
     from reference_impl.systems.registry import system_config
     from repro.experiments.lamina.serving import SYSTEMS, explain, groups
     for pick, g in groups(("llama2-13b",), (2048,)):

@@ -6,7 +6,7 @@ import pytest
 
 from reference_impl.errors import InputError
 from reference_impl.sim.config import SimConfig, sim_engine
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from workloads import generate
 from workloads.generate import SourceOptions
 

@@ -7,7 +7,8 @@ from reference_impl.control.engine import Engine
 from reference_impl.control.indexes import INF, KeyHeap, MinTree
 from reference_impl.serving.records import FINISHED
 from reference_impl.sim.events import MAX_NOOP_STEPS_PER_INSTANT, Handoff, Step
-from reference_impl.sim.simulator import Simulator, simulate
+from reference_impl.sim.simulator import Simulator
+from reference_impl.systems.run import simulate
 from reference_impl.systems.registry import cluster
 from workloads.request import Request
 

@@ -7,7 +7,7 @@ from reference_impl.control.algorithm1 import best_block_count
 from reference_impl.errors import InputError
 from reference_impl.serving.records import FINISHED, REJECTED
 from reference_impl.sim.config import SimConfig, blocks_per_instance, sim_engine, with_engine
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from reference_impl.systems.registry import cluster, instance_tp, system_config
 from reference_impl.systems.vllm_m import vllm_m
 from reference_impl.systems.vllm_s import vllm_s

@@ -6,7 +6,7 @@ from reference_impl.control.engine import Engine
 from reference_impl.control.gmanager import GManager
 from reference_impl.control.sequence import num_blocks_for
 from reference_impl.serving.records import FINISHED
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from reference_impl.systems.registry import cluster
 from workloads.request import Request
 

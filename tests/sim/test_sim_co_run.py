@@ -7,7 +7,7 @@ import pytest
 
 from reference_impl.calibration import coefficients
 from reference_impl.sim.config import SimConfig, sim_engine
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from workloads import Request
 
 GPU, MODEL = "A100-80GB-SXM", "llama2-7b"

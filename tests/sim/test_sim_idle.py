@@ -3,7 +3,7 @@ import math
 
 from reference_impl.serving.records import FINISHED
 from reference_impl.sim.config import with_engine
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from reference_impl.systems.registry import cluster, system_config
 from workloads.request import Request
 

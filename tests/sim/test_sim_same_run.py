@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 
 from reference_impl.calibration.engine_costs import EngineCosts
-from reference_impl.sim.config import as_simulated, with_engine
-from reference_impl.sim.simulator import simulate
-from reference_impl.systems.registry import cluster, system_config
+from reference_impl.sim.config import with_engine
+from reference_impl.systems.run import simulate
+from reference_impl.systems.registry import as_simulated, cluster, system_config
 from workloads import generate
 
 LINKS = ("intra-node", "inter-node", "0.125")

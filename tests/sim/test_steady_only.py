@@ -3,7 +3,7 @@ full run's steady-state rates exactly, and does stop early past saturation."""
 import pytest
 
 from reference_impl.sim.config import with_engine
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from reference_impl.systems.registry import cluster, system_config
 from workloads.request import Request
 from workloads import generate

@@ -5,7 +5,7 @@ import statistics
 import time
 
 from reference_impl.sim.config import sim_engine
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from reference_impl.systems.registry import cluster
 from workloads import generate
 from workloads.generate import SourceOptions

@@ -4,7 +4,7 @@ request joins the engine at its arrival time, the records are the simulator's, `
 keeps one results call outstanding per instance, answered as that instance ends a step). A serving experiment
 so summarises a Ray run, a local run and a simulated run alike.
 
-Systems are the simulator's policies (sim/systems.py) of the same engine: Infinite-LLM pools KV across
+Systems are designs (systems/) of the same engine, handed in by the caller: Infinite-LLM pools KV across
 instances; vLLM-M keeps it on its instance (preempt and recompute, reject what no instance holds); vLLM-S is one
 instance with every block.
 """
@@ -21,21 +21,20 @@ from reference_impl.control.engine import EngineConfig
 from reference_impl.errors import InputError, RequestsFailed
 from reference_impl.model.llama import LlamaModel
 from reference_impl.serving.records import FAILED, ServingRun
-from reference_impl.sim.config import SimConfig, sim_engine
-from reference_impl.systems.catalog import design
+from reference_impl.cluster_config import ClusterConfig
 
 PUBLISH_S = 0.02  # a loop publishes its counters at its next control phase: this long covers a step
 
 
-def engine_config(system: str, num_instances: int, blocks_per_instance: int, block_size: int, *,
+def engine_config(chosen, num_instances: int, blocks_per_instance: int, block_size: int, *,
                   max_batch_size: int | None = None, seed: int = 0) -> EngineConfig:
-    """The engine config of `system` on `num_instances` instances of `blocks_per_instance` rBlocks each: the
-    simulator's policy decides the instances and the pooling, and the cluster's rBlocks are shared among the
-    instances it keeps (vLLM-S: one instance holds them all)."""
-    chosen = design(system)
+    """The engine config of the design `chosen` (systems/design.py's Design, looked up by the caller) on
+    `num_instances` instances of `blocks_per_instance` rBlocks each: the design decides the instances and the
+    pooling, and the cluster's rBlocks are shared among the instances it keeps (vLLM-S: one instance holds them
+    all)."""
     if not chosen.real_engine:
-        raise InputError(f"system {system!r} runs on the simulator only; use --backend sim")
-    base = SimConfig(engine=sim_engine(num_instances=num_instances, block_size=block_size, seed=seed))
+        raise InputError(f"system {chosen.name!r} runs on the simulator only; use --backend sim")
+    base = ClusterConfig(engine=EngineConfig(num_instances=num_instances, block_size=block_size, seed=seed))
     policy = chosen.config(base).engine
     blocks = num_instances * blocks_per_instance // policy.num_instances
     batch = {} if max_batch_size is None else {"max_batch_size": max_batch_size}  # None: the engine's default

@@ -4,8 +4,9 @@ layer sends q, k, v over the network and gets the attention output back; rotatio
 overlaps the three (step_cost.py); prefill runs on the compute devices and its KV moves to the memory devices."""
 from reference_impl.systems.design import Design
 from reference_impl.systems.lamina.backend import LaminaBackend
-from reference_impl.systems.lamina.cluster import configure
+from reference_impl.systems.lamina.cluster import configure, memory_devices
 from reference_impl.systems.lamina.policy import LaminaPolicy
 
 DESIGN = Design("lamina", "attention offloaded to memory devices holding the KV, micro-batches pipelined",
-                configure=configure, policy=LaminaPolicy, backend=LaminaBackend, real_engine=False)
+                configure=configure, policy=LaminaPolicy, backend=LaminaBackend, real_engine=False,
+                memory_devices=memory_devices)

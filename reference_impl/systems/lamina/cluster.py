@@ -6,8 +6,7 @@ from dataclasses import dataclass, replace
 
 from reference_impl.errors import InputError
 from reference_impl.sim.config import SimConfig, perf_model
-from reference_impl.systems.lamina.hardware import (MEMORY_DEVICE, device, gpu_price_usd, kv_bytes_per_token,
-                                                    memory_pool_bytes, nic_gb_s_per_gpu)
+from reference_impl.systems.lamina.hardware import kv_bytes_per_token, memory_pool_bytes, nic_gb_s_per_gpu
 from reference_impl.systems.lamina.step_cost import MAX_BATCH
 
 # lamina 6.3 (Fig 16) pairs one compute device with three memory devices for LLaMA-13B
@@ -51,17 +50,5 @@ def configure(base: SimConfig) -> SimConfig:
 
 
 def memory_devices(config: SimConfig) -> int:
-    """Memory devices of the whole cluster (none for a design other than Lamina)."""
-    if config.design != "lamina":
-        return 0
+    """Memory devices of a Lamina cluster (its Design.memory_devices)."""
     return knobs_of(config).memory_devices * config.engine.num_instances
-
-
-def price_usd(config: SimConfig) -> float:
-    """The cluster's hardware at lamina Table 1's prices: its GPUs, and a Lamina cluster's memory devices."""
-    return config.num_gpus * gpu_price_usd(config.gpu) + memory_devices(config) * device(MEMORY_DEVICE)["price_usd"]
-
-
-def accelerators(config: SimConfig) -> int:
-    """Devices of the cluster, a memory device counted as one (lamina's own testbed used A100s as them)."""
-    return config.num_gpus + memory_devices(config)

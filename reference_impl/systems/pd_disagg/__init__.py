@@ -4,9 +4,10 @@ cost model (split.py); a request is prefilled on one and decoded on the other af
 (policy.py, handover.py, events.py), each side priced on its own shape (backend.py)."""
 from reference_impl.systems.design import Design
 from reference_impl.systems.pd_disagg.backend import PDBackend
-from reference_impl.systems.pd_disagg.configure import pd_disaggregation, split_gpus
+from reference_impl.systems.pd_disagg.configure import pd_disaggregation
+from reference_impl.systems.pd_disagg.knobs import PDKnobs, shape_of
 from reference_impl.systems.pd_disagg.policy import PDPolicy
 
 DESIGN = Design("pd-disaggregation", "prefill and decode instances of their own parallelism, KV moved after prefill",
                 configure=pd_disaggregation, policy=PDPolicy, backend=PDBackend, real_engine=False,
-                gpus=split_gpus)
+                workload_knobs=lambda requests: PDKnobs(workload=shape_of(requests)))

@@ -31,15 +31,6 @@ def split_of(config: SimConfig) -> Split:
                  config.engine.num_instances - k.num_prefill, InstanceShape(k.decode_tp, k.decode_pp))
 
 
-def split_gpus(config: SimConfig) -> int:
-    """GPUs of a config this design made: both sides' (SimConfig's tp/pp are the decode side's alone)."""
-    knobs = knobs_of(config)
-    if None in (knobs.num_prefill, knobs.prefill_tp, knobs.prefill_pp, knobs.decode_tp, knobs.decode_pp):
-        # not made by this design: its instances are of one shape
-        return config.engine.num_instances * config.tp * config.pp
-    return split_of(config).num_gpus
-
-
 def pd_disaggregation(base: SimConfig) -> SimConfig:
     """`base`'s GPUs as prefill and decode instances, the split from the knobs or the search."""
     knobs = knobs_of(base)

@@ -9,7 +9,7 @@ from typing import Callable
 
 from reference_impl.serving.records import FINISHED, tpot_s
 from reference_impl.sim.config import SimConfig
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from reference_impl.systems.pd_disagg.configure import split_of
 from reference_impl.systems.pd_disagg.knobs import PDKnobs, shape_of
 from reference_impl.systems.registry import system_config

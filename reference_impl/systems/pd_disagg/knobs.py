@@ -58,3 +58,11 @@ class PDKnobs:
     decode_pp: int | None = None
     workload: WorkloadShape | None = None
     prefill_batch_tokens: int | None = PREFILL_BATCH_TOKENS
+
+    def cluster_gpus(self, config) -> int | None:
+        """GPUs of a config this design made (ClusterConfig.num_gpus): both sides' (its tp/pp are the decode side's
+        alone); None where the split is not filled in (a config this design did not make: one shape)."""
+        if None in (self.num_prefill, self.prefill_tp, self.prefill_pp, self.decode_tp, self.decode_pp):
+            return None
+        num_decode = config.engine.num_instances - self.num_prefill
+        return self.num_prefill * self.prefill_tp * self.prefill_pp + num_decode * self.decode_tp * self.decode_pp

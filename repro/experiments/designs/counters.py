@@ -13,7 +13,7 @@ from functools import partial
 
 from reference_impl.serving.points import ServingPoint
 from reference_impl.serving.records import summarize_records
-from reference_impl.sim.simulator import Simulator
+from reference_impl.systems.run import simulator
 from reference_impl.systems.registry import system_config
 
 
@@ -35,7 +35,7 @@ def run_design_point(task, knobs: dict | None = None) -> dict:
     start = time.perf_counter()
     try:
         config = design_config(task.system, task.base, knobs)
-        sim = Simulator(config, task.requests, steady_only=task.steady_only)
+        sim = simulator(config, task.requests, steady_only=task.steady_only)
         result = sim.run()
     except Exception as exc:  # noqa: BLE001 - reported in the result, per design and group
         point = ServingPoint.of(task.system, task.rate_per_s, summarize_records(()),

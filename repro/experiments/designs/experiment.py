@@ -27,8 +27,7 @@ from repro.serving.curves import CurveGroup, curve, find_saturation
 from repro.serving.sweep import run_in_sweep, sweep_params
 from repro.serving.tasks import typed
 from reference_impl.errors import InputError
-from reference_impl.systems.catalog import DESIGNS
-from reference_impl.systems.pd_disagg.knobs import PDKnobs, shape_of
+from reference_impl.systems.catalog import DESIGNS, design
 
 QUICK_SIZE = dict(short_requests=60, long_requests=20)  # traces 0 and 3 (e2e.QUICK), one seed
 FULL_SIZE = dict(short_requests=300, long_requests=60)  # docs/designs.md: what keeps the default under 15 minutes
@@ -92,7 +91,7 @@ async def on_sweep(params, log, sweep) -> dict:
     for g in e2e.curve_groups(params, sizes(params), link=link, source=source):
         baseline = g.info["baseline"]
         g.systems = tuple(d for d in DESIGNS if d in designs or d == baseline)
-        g.info["_knobs"] = workload_knobs(g, seeds[0]) if "pd-disaggregation" in g.systems else {}
+        g.info["_knobs"] = workload_knobs(g, seeds[0])
         g.runner = design_runner(g.info["_knobs"])
         todo.append(g)
     shown = tuple(d for d in DESIGNS if any(d in g.systems for g in todo))
@@ -106,9 +105,16 @@ async def on_sweep(params, log, sweep) -> dict:
 
 
 def workload_knobs(g: CurveGroup, seed: int) -> dict:
-    """pd-disaggregation's split searched for the group's workload (DistServe searches per workload): the shape of
-    the requests of the group's points at `seed` (the run's first; a point's lengths do not depend on its rate)."""
-    return {"pd-disaggregation": PDKnobs(workload=shape_of(g.make_requests(1.0, seed)))}
+    """The knobs each of the group's designs fits to its workload (Design.workload_knobs: pd-disaggregation's split,
+    searched per workload as DistServe does), from the requests of the group's points at `seed` (the run's first; a
+    point's lengths do not depend on its rate)."""
+    fitted, requests = {}, None
+    for name in g.systems:
+        fit = design(name).workload_knobs
+        if fit is not None:
+            requests = g.make_requests(1.0, seed) if requests is None else requests
+            fitted[name] = fit(requests)
+    return fitted
 
 
 async def design_group(g: CurveGroup, seeds: tuple[int, ...], sweep) -> dict:

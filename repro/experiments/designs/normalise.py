@@ -1,10 +1,10 @@
 """Cost-normalised throughput where the designs' hardware differs (Lamina's memory devices; pd-disaggregation's
 split): each design's cluster priced at lamina Table 1's prices and counted in accelerators (a memory device counts
-as one) by reference_impl/systems/lamina/cluster.py's price_usd and accelerators; its max throughput per $1,000 and
+as one) by reference_impl/systems/pricing.py; its max throughput per $1,000 and
 per accelerator, and its ratio to the group's baseline at the same price (`ratio_per_usd`) and at the same number
 of accelerators (`ratio_per_accelerator`): the throughput ratio times the baseline's price (accelerators) over the
 design's, so the per-seed median scales with it."""
-from reference_impl.systems.lamina.cluster import accelerators, price_usd
+from reference_impl.systems.pricing import accelerators, price_usd
 
 
 def hardware(config) -> dict:

@@ -19,8 +19,9 @@ import numpy as np
 
 from reference_impl.serving.points import ServingPoint
 from reference_impl.sim.config import SimConfig, perf_model, sim_engine
-from reference_impl.sim.simulator import simulate
-from reference_impl.systems.lamina.cluster import LaminaKnobs, knobs_of, price_usd
+from reference_impl.systems.run import simulate
+from reference_impl.systems.lamina.cluster import LaminaKnobs, knobs_of
+from reference_impl.systems.pricing import price_usd
 from reference_impl.systems.lamina.hardware import memory_attention_bytes_per_s
 from reference_impl.systems.lamina.step_cost import MAX_BATCH, StepPricer, kv_move_s, prefill_s
 from reference_impl.systems.registry import system_config

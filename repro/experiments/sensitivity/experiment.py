@@ -48,8 +48,8 @@ from reference_impl.calibration.specs import gpu_entry, model_spec
 from reference_impl.errors import InputError
 from reference_impl.sim import config as sim_config
 from reference_impl.calibration.links import DEFAULT_LINK, INTER_NODE, INTRA_NODE
-from reference_impl.sim.config import SIM_ENGINE, as_simulated, engine_costs, with_engine
-from reference_impl.systems.registry import system_config
+from reference_impl.sim.config import SIM_ENGINE, engine_costs, with_engine
+from reference_impl.systems.registry import as_simulated, system_config
 
 CALIBRATED_PREFILL_TFLOPS = gpu_entry(GPU)["prefill_attn_tflops"]  # specs.json (FlashAttention-2's published rate)
 LONG_QUANTILE = 0.9

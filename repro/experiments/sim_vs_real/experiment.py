@@ -30,7 +30,7 @@ from reference_impl.errors import InputError
 from reference_impl.model.llama import random_model
 from reference_impl.profiling.step_overhead import engine_model_config
 from reference_impl.sim.config import SimConfig, sim_engine
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from repro.framework.base import Experiment, RunParams, default_run_id
 from repro.framework.params import Param, float_list
 from repro.load import load_1m

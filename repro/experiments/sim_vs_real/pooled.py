@@ -38,7 +38,8 @@ from reference_impl.model.llama import random_model
 from reference_impl.profiling.step_overhead import engine_model_config
 from reference_impl.serving.records import REJECTED
 from reference_impl.sim.config import SimConfig
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
+from reference_impl.systems.catalog import design
 from reference_impl.systems.registry import system_config
 from repro.load import load_1m
 from repro.progress import progress
@@ -113,7 +114,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
     # them all on `num_instances` CPUs
     ray_config = RayConfig(num_cpus=setup.num_instances, cpus_per_instance=1.0 / (len(SYSTEMS) + 1),
                            gmanager_interval_s=setup.gmanager_interval_s)
-    configs = {s: engine_config(s, setup.num_instances, setup.blocks_per_instance, setup.block_size,
+    configs = {s: engine_config(design(s), setup.num_instances, setup.blocks_per_instance, setup.block_size,
                                 max_batch_size=setup.max_batch_size, seed=seed) for s in SYSTEMS}
 
     def measure(system: str, requests) -> tuple[dict, dict]:

@@ -31,7 +31,7 @@ from reference_impl.profiling.local import ProfilePlan, profile
 from reference_impl.profiling.step_overhead import engine_model_config
 from reference_impl.serving.records import RequestRecord, ServingRun
 from reference_impl.sim.config import SimConfig, sim_engine
-from reference_impl.sim.simulator import simulate
+from reference_impl.systems.run import simulate
 from reference_impl.systems.registry import system_config
 from repro.experiments.sim_vs_real.points import run_summary
 from repro.load import load_1m
