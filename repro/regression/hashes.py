@@ -47,7 +47,7 @@ def _quick(experiment: str) -> Callable[[], str]:
 
 def _simulated(system: str, num_gpus: int, trace: int, num_requests: int, rate_per_gpu: float) -> Callable[[], str]:
     def compute() -> str:
-        from reference_impl.sim.simulator import simulate
+        from reference_impl.systems.run import simulate
         from reference_impl.systems.registry import system_config
         from repro.benchmarks.scale import SEED, base_config
         from repro.experiments.e2e import _requests
