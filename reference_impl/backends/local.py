@@ -10,7 +10,8 @@ from reference_impl.control.engine import Engine, EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.model.kv_layer import StepKV
 from reference_impl.model.llama import LlamaModel
-from reference_impl.model.sampling import Sampler
+from reference_impl.model.runner import ModelRunner
+from reference_impl.model.step_inputs import Locations, TableCache, block_arrays, token_arrays
 from reference_impl.control.rblock import CPU, DEVICE
 from reference_impl.control.sampling import GREEDY, SamplingParams
 from reference_impl.control.sequence import Sequence
@@ -36,7 +37,10 @@ class LocalBackend:
             for j, inst in enumerate(insts):
                 self.caches[(inst, tier)] = (k[:, j * n:(j + 1) * n], v[:, j * n:(j + 1) * n])
                 self.storage[(inst, tier)] = (tier, j * n)
-        self.sampler = Sampler(self.device, config.seed)
+        self.locations = Locations(self.caches, self.storage, self.shared)
+        self.table_caches: dict[int, TableCache] = {}  # per instance: its requests' tables as arrays
+        self.last_decode: dict[int, tuple] = {}  # per instance: (req ids, tables, StepKV) of its last decode step
+        self.runner = ModelRunner(model, self.device, config.seed, record_logits)
         self.step_times_s: list[float] = []
 
     def copy_blocks(self, pairs) -> None:
@@ -47,27 +51,32 @@ class LocalBackend:
             k_cache[:, dst.address] = k
             v_cache[:, dst.address] = v
 
-    def step_kv(self, instance, tables, num_tokens, num_new, is_prefill) -> StepKV:
-        return StepKV(self.caches, tables, num_tokens, num_new, self.block_size, is_prefill, self.device,
-                      self.storage, self.shared)
+    def step_kv(self, instance, seqs, tokens, is_prefill) -> StepKV:
+        tables = instance.rm.tables
+        req_ids = [s.req_id for s in seqs]
+        if not is_prefill:  # the same batch over the same tables as the last decode: advance its plan
+            last = self.last_decode.get(instance.inst_id)
+            if last is not None and last[0] == req_ids and all(tables[r] == t for r, t in zip(req_ids, last[1])):
+                kv = last[2].advance(tokens.num_tokens)
+                if kv is not None:
+                    self.last_decode[instance.inst_id] = (req_ids, last[1], kv)
+                    return kv
+        cache = self.table_caches.setdefault(instance.inst_id, TableCache())
+        if len(cache.entries) > 2 * len(tables) + 64:  # forget finished requests' tables
+            cache.keep_only(tables)
+        blocks = block_arrays([tables[r] for r in req_ids], self.locations, cache, req_ids)
+        kv = StepKV(self.caches, None, tokens.num_tokens, tokens.num_new, self.block_size, is_prefill, self.device,
+                    locations=self.locations, blocks=blocks)
+        if not is_prefill:
+            self.last_decode[instance.inst_id] = (req_ids, [list(tables[r]) for r in req_ids], kv)
+        return kv
 
     @torch.inference_mode()
     def execute(self, instance, seqs: list[Sequence], is_prefill: bool) -> list[int]:
         t0 = time.perf_counter()
-        tables = [instance.rm.tables[s.req_id] for s in seqs]
-        num_tokens = [s.num_tokens for s in seqs]
-        num_new = num_tokens if is_prefill else [1] * len(seqs)
-        ids = [t for s in seqs for t in (s.token_ids if is_prefill else s.token_ids[-1:])]
-        positions = [p for n, new in zip(num_tokens, num_new) for p in range(n - new, n)]
-        kv = self.step_kv(instance, tables, num_tokens, num_new, is_prefill)
-        hidden = self.model.forward(torch.tensor(ids, device=self.device), torch.tensor(positions, device=self.device),
-                                    kv.attend)
-        last = torch.tensor(num_new, device=self.device).cumsum(0) - 1
-        logits = self.model.logits(hidden[last])
-        token_ids = self.sampler.sample(logits, [s.sampling for s in seqs], [len(s.output_ids) for s in seqs]).tolist()
-        if self.record_logits:
-            for seq, row in zip(seqs, logits):
-                seq.logits.append(row.cpu())
+        tokens = token_arrays(seqs, is_prefill)
+        kv = self.step_kv(instance, seqs, tokens, is_prefill)
+        token_ids = self.runner.run(seqs, tokens, kv.attend)
         self.step_times_s.append(time.perf_counter() - t0)
         return token_ids
 
