@@ -201,6 +201,17 @@ class StepKV:
                               self._tensor(pos_k[valid]), self._tensor(valid)))
             self.prefill.append((span, self._tensor(np.arange(n - new, n)), parts))
 
+    def whole_rows(self):
+        """A decode step's KV as one row per sequence in one storage: (storage key, block table [S, width],
+        lengths [S], slots of the new tokens [S]) as arrays, or None when the KV spans storages."""
+        b = self.blocks
+        if self.is_prefill or not len(b.key) or not (b.key == b.key[0]).all():
+            return None
+        counts = np.diff(np.append(b.start, len(b.key)))
+        table = np.zeros((self.num_seqs, int(counts.max())), np.int32)
+        table[b.seq, b.index] = b.address
+        return int(b.key[0]), table, self.num_tokens.astype(np.int32), self.write_plan[0][2]
+
     def attend(self, layer: int, q, k, v):
         """q [T, Hq, D], k/v [T, Hkv, D] of this step's tokens -> attention output [T, Hq, D]."""
         key_caches = self.locations.key_caches

@@ -12,8 +12,10 @@ from reference_impl.model.step_inputs import TokenArrays, stage
 
 
 class ModelRunner:
-    def __init__(self, model, device, seed: int = 0, record_logits: bool = False):
+    def __init__(self, model, device, seed: int = 0, record_logits: bool = False, graphs=None):
+        """`graphs`: a DecodeGraphs (graphs.py) for decode steps given their `graph_rows`; None runs eagerly."""
         self.model = model
+        self.graphs = graphs
         self.device = torch.device(device)
         self.sampler = Sampler(self.device, seed)
         self.record_logits = record_logits
@@ -43,5 +45,13 @@ class ModelRunner:
                 seq.logits.append(row)
         return token_ids
 
-    def run(self, seqs, tokens: TokenArrays, attend) -> list[int]:
-        return self.sample(seqs, self.forward(tokens, attend))
+    def run(self, seqs, tokens: TokenArrays, attend, graph_rows=None) -> list[int]:
+        """The step's next tokens. `graph_rows` (block table, lengths, slots of a decode step whose KV is in the
+        graphs' storage) lets a decode step replay a graph; `attend` runs it otherwise."""
+        hidden = None
+        if graph_rows is not None and self.graphs is not None:
+            table, lens, slots = (stage(x, self.device) for x in graph_rows)
+            hidden = self.graphs.run(*self.inputs(tokens), slots, table, lens)
+        if hidden is None:
+            hidden = self.forward(tokens, attend)
+        return self.sample(seqs, hidden)
