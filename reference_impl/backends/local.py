@@ -1,6 +1,6 @@
 """Local backend: N instances in one process, each with its own rBlock budget, real tensors and kernels."""
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -8,9 +8,12 @@ import torch
 from reference_impl.backends.clock import make_clock, serve_on_clock
 from reference_impl.control.engine import Engine, EngineConfig
 from reference_impl.errors import InputError
+from reference_impl.model.graphs import DecodeGraphs
 from reference_impl.model.kv_layer import StepKV
+from reference_impl.model.kv_pool import block_bytes, device_blocks_per_instance
 from reference_impl.model.llama import LlamaModel
-from reference_impl.model.sampling import Sampler
+from reference_impl.model.runner import ModelRunner
+from reference_impl.model.step_inputs import Locations, TableCache, block_arrays, token_arrays
 from reference_impl.control.rblock import CPU, DEVICE
 from reference_impl.control.sampling import GREEDY, SamplingParams
 from reference_impl.control.sequence import Sequence
@@ -18,8 +21,11 @@ from reference_impl.control.sequence import Sequence
 
 class LocalBackend:
     def __init__(self, model: LlamaModel, config: EngineConfig, device="cpu", record_logits: bool = False,
-                 inst_ids=None):
-        # inst_ids: the instances whose caches live here (default all; a Ray actor holds its own only)
+                 inst_ids=None, eager: bool | None = None, graph_max_tokens: int = 8192):
+        """inst_ids: the instances whose caches live here (default all; a Ray actor holds its own only).
+        eager: None replays decode steps from CUDA graphs on a GPU (graphs.py) and runs eagerly elsewhere; True
+        never; False always (without CUDA the graphs' static-buffer steps run eagerly, for tests).
+        graph_max_tokens: the longest context a graph covers (longer steps run eagerly)."""
         c = model.config
         self.model = model
         self.device = torch.device(device)
@@ -36,7 +42,17 @@ class LocalBackend:
             for j, inst in enumerate(insts):
                 self.caches[(inst, tier)] = (k[:, j * n:(j + 1) * n], v[:, j * n:(j + 1) * n])
                 self.storage[(inst, tier)] = (tier, j * n)
-        self.sampler = Sampler(self.device, config.seed)
+        self.locations = Locations(self.caches, self.storage, self.shared)
+        self.table_caches: dict[int, TableCache] = {}  # per instance: its requests' tables as arrays
+        self.last_decode: dict[int, tuple] = {}  # per instance: (req ids, tables, StepKV) of its last decode step
+        self.graphs = None
+        if eager is False or (eager is None and self.device.type == "cuda" and isinstance(model, LlamaModel)):
+            k, v = self.shared[DEVICE]
+            self.graphs = DecodeGraphs(model, k, v, config.max_batch_size,
+                                       min(k.shape[1], -(-graph_max_tokens // config.block_size)), self.device,
+                                       capture=self.device.type == "cuda")
+        self.device_key = self.locations.keys.index(DEVICE)
+        self.runner = ModelRunner(model, self.device, config.seed, record_logits, self.graphs)
         self.step_times_s: list[float] = []
 
     def copy_blocks(self, pairs) -> None:
@@ -47,27 +63,39 @@ class LocalBackend:
             k_cache[:, dst.address] = k
             v_cache[:, dst.address] = v
 
-    def step_kv(self, instance, tables, num_tokens, num_new, is_prefill) -> StepKV:
-        return StepKV(self.caches, tables, num_tokens, num_new, self.block_size, is_prefill, self.device,
-                      self.storage, self.shared)
+    def step_kv(self, instance, seqs, tokens, is_prefill) -> StepKV:
+        tables = instance.rm.tables
+        req_ids = [s.req_id for s in seqs]
+        if not is_prefill:  # the same batch over the same tables as the last decode: advance its plan
+            last = self.last_decode.get(instance.inst_id)
+            if last is not None and last[0] == req_ids and all(tables[r] == t for r, t in zip(req_ids, last[1])):
+                kv = last[2].advance(tokens.num_tokens)
+                if kv is not None:
+                    self.last_decode[instance.inst_id] = (req_ids, last[1], kv)
+                    return kv
+        cache = self.table_caches.setdefault(instance.inst_id, TableCache())
+        if len(cache.entries) > 2 * len(tables) + 64:  # forget finished requests' tables
+            cache.keep_only(tables)
+        blocks = block_arrays([tables[r] for r in req_ids], self.locations, cache, req_ids)
+        kv = StepKV(self.caches, None, tokens.num_tokens, tokens.num_new, self.block_size, is_prefill, self.device,
+                    locations=self.locations, blocks=blocks)
+        if not is_prefill:
+            self.last_decode[instance.inst_id] = (req_ids, [list(tables[r]) for r in req_ids], kv)
+        return kv
 
     @torch.inference_mode()
     def execute(self, instance, seqs: list[Sequence], is_prefill: bool) -> list[int]:
         t0 = time.perf_counter()
-        tables = [instance.rm.tables[s.req_id] for s in seqs]
-        num_tokens = [s.num_tokens for s in seqs]
-        num_new = num_tokens if is_prefill else [1] * len(seqs)
-        ids = [t for s in seqs for t in (s.token_ids if is_prefill else s.token_ids[-1:])]
-        positions = [p for n, new in zip(num_tokens, num_new) for p in range(n - new, n)]
-        kv = self.step_kv(instance, tables, num_tokens, num_new, is_prefill)
-        hidden = self.model.forward(torch.tensor(ids, device=self.device), torch.tensor(positions, device=self.device),
-                                    kv.attend)
-        last = torch.tensor(num_new, device=self.device).cumsum(0) - 1
-        logits = self.model.logits(hidden[last])
-        token_ids = self.sampler.sample(logits, [s.sampling for s in seqs], [len(s.output_ids) for s in seqs]).tolist()
-        if self.record_logits:
-            for seq, row in zip(seqs, logits):
-                seq.logits.append(row.cpu())
+        tokens = token_arrays(seqs, is_prefill)
+        kv = self.step_kv(instance, seqs, tokens, is_prefill)
+        graph_rows = None
+        if self.graphs is not None and not is_prefill:
+            rows = kv.whole_rows()
+            if rows is not None and rows[0] == self.device_key:
+                graph_rows = rows[1:]
+            else:
+                self.graphs.num_eager += 1
+        token_ids = self.runner.run(seqs, tokens, kv.attend, graph_rows)
         self.step_times_s.append(time.perf_counter() - t0)
         return token_ids
 
@@ -93,13 +121,18 @@ def check_prompts(model: LlamaModel, prompts: list[list[int]]) -> None:
 
 def generate(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int, config: EngineConfig, *,
              ignore_eos: bool = False, record_logits: bool = False, on_step=None, device="cpu",
-             sampling: SamplingParams = GREEDY) -> GenerationResult:
+             sampling: SamplingParams = GREEDY, eager: bool | None = None,
+             gpu_memory_utilization: float | None = None) -> GenerationResult:
     """Generation of every prompt on a local cluster on `device` (greedy unless `sampling` says otherwise);
-    `on_step(engine)` runs after each step."""
+    `on_step(engine)` runs after each step. `eager`: see LocalBackend (CUDA graphs for decode on a GPU unless
+    True). `gpu_memory_utilization`: on a GPU, size each instance's device-tier KV pool from that fraction of the
+    memory left after a warm-up prefill (kv_pool.py) instead of `config.blocks_per_instance`; printed."""
     check_prompts(model, prompts)
     if max_new_tokens < 1:
         raise InputError("--max-new-tokens must be >= 1")
-    backend = LocalBackend(to_device(model, device), config, device=device, record_logits=record_logits)
+    model = to_device(model, device)
+    config = sized_config(model, config, device, gpu_memory_utilization)
+    backend = LocalBackend(model, config, device=device, record_logits=record_logits, eager=eager)
     engine = Engine(config, backend)
     eos = None if ignore_eos else model.config.eos_token_id
     seqs = [Sequence(i, list(p), max_new_tokens, eos, sampling=sampling) for i, p in enumerate(prompts)]
@@ -108,6 +141,17 @@ def generate(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int, c
     engine.run(on_step=on_step)
     return GenerationResult([s.output_ids for s in seqs], [s.placement for s in seqs],
                             [s.logits for s in seqs], engine.num_steps, sum(s.num_preemptions for s in seqs))
+
+
+def sized_config(model, config: EngineConfig, device, gpu_memory_utilization: float | None) -> EngineConfig:
+    """`config` with its device-tier pool sized from free GPU memory (printed), or as it is (no fraction, or no GPU)."""
+    if gpu_memory_utilization is None or torch.device(device).type != "cuda" or not isinstance(model, LlamaModel):
+        return config
+    blocks = device_blocks_per_instance(model, config, device, gpu_memory_utilization)
+    gib = blocks * config.num_instances * block_bytes(model, config.block_size) / 2**30
+    print(f"KV pool: {blocks} rBlocks of {config.block_size} tokens per instance x {config.num_instances} "
+          f"({gib:.1f} GiB, {gpu_memory_utilization:.0%} of the GPU's memory after the model and a warm-up prefill)")
+    return replace(config, blocks_per_instance=blocks)
 
 
 def to_device(model: LlamaModel, device) -> LlamaModel:
@@ -129,11 +173,11 @@ def random_prompts(requests, vocab_size: int, seed: int) -> list[list[int]]:
 
 
 def serve(model: LlamaModel, requests, config: EngineConfig, *, seed: int = 0, device="cpu", clock: str = "wall",
-          time_limit_s: float = 600.0):
+          time_limit_s: float = 600.0, eager: bool | None = None):
     """Serve `requests` (workloads.Request) on a local engine against the clock ("wall", or "cpu": this process's
     CPU time, see backends/clock.py); returns a ServingRun (serving/records.py) like the simulator's. Prompts are
     random token ids from `seed`."""
-    engine = Engine(config, LocalBackend(to_device(model, device), config, device=device))
+    engine = Engine(config, LocalBackend(to_device(model, device), config, device=device, eager=eager))
     prompts = random_prompts(requests, model.config.vocab_size, seed)
     now, sleep = make_clock(clock)
     return serve_on_clock(engine, requests, prompts, time_limit_s=time_limit_s, clock=now, sleep=sleep)

@@ -1,18 +1,23 @@
-"""The KV layer of one engine step: writes new K/V into rBlocks and runs attention where the blocks live.
+"""The KV layer of one engine step: writes new K/V into rBlocks in place and runs attention where the blocks live.
 
 Caches are per (instance, tier): k/v [num_layers, num_blocks, block_size, num_kv_heads, head_dim]. A step is
-planned once (`StepKV`), then `attend` is called per layer. Decode: a `micro_attention` partial over each
-location's rBlocks of every sequence (the creditor's share of DistAttention), merged with `scale_reduce`.
-Locations whose caches are slices of one tensor (instances sharing a device, `storage`) have their partials
-computed in one `micro_attention` call, one row per (location, sequence) piece; each row is its own partial.
-Prefill: causal attention of the prompt over each location's part of its KV, merged the same way.
+planned once (`StepKV`, vectorised over the step's blocks: step_inputs.py), then `attend` is called per layer.
+K/V: one `store_kv` per storage a layer. Decode: a `micro_attention` partial over each location's rBlocks of every
+sequence (the creditor's share of DistAttention), merged with `scale_reduce`. Locations whose caches are slices of
+one tensor (instances sharing a device, `storage`) have their partials computed in one `micro_attention` call, one
+row per (location, sequence) piece; each row is its own partial. Prefill: a prompt whose KV is at one location
+attends over its own K/V with torch SDPA (flash or memory-efficient on CUDA); a prompt spread over locations
+attends over each location's part (`causal_partial_attention`) and the parts merge the same way.
 """
+import copy
 import math
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
-from reference_impl.kernels import micro_attention, scale_reduce
-from reference_impl.control.rblock import RBlock
+from reference_impl.kernels import micro_attention, scale_reduce, store_kv
+from reference_impl.model.step_inputs import Locations, block_arrays, stage
 
 Location = tuple[int, str]  # (inst_id, tier)
 
@@ -31,12 +36,20 @@ def causal_partial_attention(q, k, v, pos_q, pos_k, scale):
     return out.permute(2, 0, 1, 3).reshape(tq, hq, d), lse.permute(2, 0, 1).reshape(tq, hq)
 
 
-def row_width(num_blocks: list[int]) -> int:
-    """Blocks per row minimising the padded blocks gathered plus half a block per row."""
-    def cost(w):
-        rows = sum(-(-n // w) for n in num_blocks)
-        return rows * w + 0.5 * rows
-    return min(range(1, max(num_blocks) + 1), key=lambda w: (cost(w), -w))
+def causal_attention(q, k, v):
+    """One whole prompt: q [T, Hq, D], k/v [T, Hkv, D] -> [T, Hq, D] by torch SDPA (causal, GQA)."""
+    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                         is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+    return out[0].transpose(0, 1)
+
+
+def row_width(num_blocks) -> int:
+    """Blocks per row minimising the padded blocks gathered plus half a block per row (ties: the widest)."""
+    counts = np.asarray(num_blocks, np.int64)
+    widths = np.arange(1, int(counts.max()) + 1)
+    rows = (-(-counts[None, :] // widths[:, None])).sum(1)
+    cost = rows * (widths + 0.5)
+    return int(widths[np.flatnonzero(cost == cost.min())[-1]])
 
 
 def merge(parts):
@@ -46,101 +59,179 @@ def merge(parts):
     return out
 
 
+
 class StepKV:
     """Plan of one step: `tables[i]` are the rBlocks of `seqs[i]` in token order, `num_tokens[i]` its length
     after this step, `num_new[i]` the tokens it feeds this step (all of them for a prefill, 1 for decode)."""
 
-    def __init__(self, caches: dict[Location, tuple], tables: list[list[RBlock]], num_tokens: list[int],
-                 num_new: list[int], block_size: int, is_prefill: bool, device, storage: dict | None = None, shared: dict | None = None):
-        """`storage`: location -> (key, block offset) into `shared[key]` caches, for locations on one device."""
-        self.caches = caches
-        self.storage = storage
-        self.shared = shared
-        self.is_prefill = is_prefill
-        self.block_size = block_size
-        self.device = device
-        self.writes = {}  # location -> (token indices, block addresses, offsets)
-        token = 0
-        for table, n, new in zip(tables, num_tokens, num_new):
-            for pos in range(n - new, n):
-                b = table[pos // block_size]
-                idx, addr, off = self.writes.setdefault((b.inst_id, b.device), ([], [], []))
-                idx.append(token)
-                addr.append(b.address)
-                off.append(pos % block_size)
-                token += 1
-        self.writes = {loc: tuple(torch.tensor(x, device=device) for x in w) for loc, w in self.writes.items()}
+    def __init__(self, caches: dict[Location, tuple], tables, num_tokens, num_new, block_size: int,
+                 is_prefill: bool, device, storage: dict | None = None, shared: dict | None = None, *,
+                 locations: Locations | None = None, blocks=None):
+        """`storage`: location -> (key, block offset) into `shared[key]` caches, for locations on one device.
+        `locations` and `blocks` (step_inputs.py) may be given instead, built by the caller."""
+        self.locations = locations or Locations(caches, storage, shared)
+        self.block_size, self.is_prefill, self.device = block_size, is_prefill, torch.device(device)
+        self.blocks = blocks if blocks is not None else block_arrays(tables, self.locations)
+        self.num_tokens = np.asarray(num_tokens, np.int64)
+        self.num_new = np.asarray(num_new, np.int64)
+        self.num_seqs = len(self.num_tokens)
+        self._plan_writes()
         if is_prefill:
-            self.prefill_parts = [self._prefill_parts(t, n) for t, n in zip(tables, num_tokens)]
-            self.query_spans = []
-            start = 0
-            for new in num_new:
-                self.query_spans.append((start, start + new))
-                start += new
-            self.positions = [torch.arange(n - new, n, device=device) for n, new in zip(num_tokens, num_new)]
+            self._plan_prefill()
         else:
-            self.decode_parts = self._plan_decode(tables, num_tokens)
+            self._plan_decode()
 
-    def _plan_decode(self, tables, num_tokens):
+    def _tensor(self, array):
+        return stage(array, self.device)
+
+    def _plan_writes(self):
+        """Per storage key: (rows of this step's tokens or None for all, flat slots) of the K/V to store."""
+        b, bs, new = self.blocks, self.block_size, self.num_new
+        ends = np.cumsum(new)
+        seq = np.repeat(np.arange(self.num_seqs), new)
+        pos = np.arange(int(ends[-1]) if len(ends) else 0) + np.repeat(self.num_tokens - ends, new)
+        block = b.start[seq] + pos // bs
+        keys, slots = b.key[block], b.address[block] * bs + pos % bs
+        self.write_plan = []  # (key, rows or None for all, slots) as arrays
+        for key in np.unique(keys):
+            rows = np.flatnonzero(keys == key)
+            self.write_plan.append((int(key), None if rows.shape[0] == keys.shape[0] else rows, slots[rows]))
+        self._stage_writes()
+
+    def _stage_writes(self):
+        self.writes = [(key, None if rows is None else self._tensor(rows), self._tensor(slots))
+                       for key, rows, slots in self.write_plan]
+
+    def _plan_decode(self):
         """Rows of partials per storage key. A (location, sequence) pair's rBlocks are cut into rows of
         `row_width` blocks, so that a few long pairs do not pad every row; a row of sequence s lands in
         slot j * num_seqs + s (j: its ordinal among s's partials), and the slots merge with scale_reduce."""
-        num_seqs = len(tables)
-        held = {}  # location -> {seq: ([physical addresses], [tokens per block])}
-        for s, (table, n) in enumerate(zip(tables, num_tokens)):
-            for i, b in enumerate(table):
-                addresses, tokens = held.setdefault((b.inst_id, b.device), {}).setdefault(s, ([], []))
-                addresses.append(b.address)
-                tokens.append(max(0, min(self.block_size, n - i * self.block_size)))
-        groups = {}  # storage key -> locations computed in one call
-        for loc in sorted(held):
-            groups.setdefault(self.storage[loc][0] if self.storage else loc, []).append(loc)
-        next_j = [0] * num_seqs
-        parts = []
-        for key, locs in groups.items():
-            pairs = [(loc, s, a, t) for loc in locs for s, (a, t) in held[loc].items()]
-            width = row_width([len(a) for _, _, a, _ in pairs])
-            rows, lens, slots = [], [], []
-            for loc, s, addresses, tokens in pairs:
-                offset = self.storage[loc][1] if self.storage else 0
-                for c in range(0, len(addresses), width):
-                    rows.append([a + offset for a in addresses[c:c + width]])
-                    lens.append(sum(tokens[c:c + width]))
-                    slots.append(next_j[s] * num_seqs + s)
-                    next_j[s] += 1
-            width = max(len(r) for r in rows)
-            block_table = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.int32,
-                                       device=self.device)
-            parts.append((key, block_table, torch.tensor(lens, dtype=torch.int32, device=self.device),
-                          torch.tensor(slots, device=self.device)))
-        self.num_partials = max(next_j)
-        return parts
+        b, bs, num_seqs = self.blocks, self.block_size, self.num_seqs
+        group = b.key * len(self.locations.locs) + b.loc  # blocks are in (seq, index) order already
+        order = np.arange(len(group)) if (group[1:] >= group[:-1]).all() else np.argsort(group, kind="stable")
+        key, loc, seq, index, address = b.key[order], b.loc[order], b.seq[order], b.index[order], b.address[order]
+        tokens = np.clip(self.num_tokens[seq] - index * bs, 0, bs)
+        new_pair = np.ones(len(order), bool)
+        new_pair[1:] = (key[1:] != key[:-1]) | (loc[1:] != loc[:-1]) | (seq[1:] != seq[:-1])
+        pair = np.cumsum(new_pair) - 1
+        pair_start = np.flatnonzero(new_pair)
+        in_pair = np.arange(len(order)) - pair_start[pair]
+        pair_len = np.diff(np.append(pair_start, len(order)))
+        pair_key = key[pair_start]
+        width_of_key = {int(k): row_width(pair_len[pair_key == k]) for k in np.unique(pair_key)}
+        key_width = np.ones(int(key.max()) + 1, np.int64)
+        for k, w in width_of_key.items():
+            key_width[k] = w
+        width = key_width[key]
+        col = in_pair % width
+        row = np.cumsum(col == 0) - 1
+        row_first = np.flatnonzero(col == 0)
+        row_seq, row_key = seq[row_first], key[row_first]
+        row_len = np.bincount(row, weights=tokens, minlength=len(row_first)).astype(np.int64)
+        by_seq = np.argsort(row_seq, kind="stable")
+        seq_first = np.searchsorted(row_seq[by_seq], np.arange(num_seqs))
+        ordinal = np.empty(len(row_first), np.int64)
+        ordinal[by_seq] = np.arange(len(row_first)) - seq_first[row_seq[by_seq]]
+        slots = ordinal * num_seqs + row_seq
+        self.num_partials = int(ordinal.max()) + 1 if len(ordinal) else 1
+        self.direct = self.num_partials == 1 and len(width_of_key) == 1 and np.array_equal(row_seq, np.arange(num_seqs))
+        # the row holding each sequence's last token: the one a next step without a new block lengthens
+        position = np.empty(len(order), np.int64)
+        position[order] = np.arange(len(order))
+        last_row = row[position[b.start + (self.num_tokens - 1) // bs]]
+        self.part_plan = []  # (key, block table, row lengths, query rows, partial slots, rows of last tokens)
+        for k in width_of_key:
+            mine = np.flatnonzero(row_key == k)
+            in_key = row[key == k] - mine[0]
+            table = np.zeros((len(mine), int(col[key == k].max()) + 1), np.int32)
+            table[in_key, col[key == k]] = address[key == k]
+            last = last_row[row_key[last_row] == k] - mine[0]
+            self.part_plan.append((k, table, row_len[mine].astype(np.int32), row_seq[mine], slots[mine], last))
+        self._stage_decode()
 
-    def _prefill_parts(self, table, n):
+    def _stage_decode(self, previous=None):
+        """The decode plan's tensors; `previous` parts (an earlier step's) lend their unchanged tables and rows."""
         parts = []
-        for loc in sorted({(b.inst_id, b.device) for b in table}):
-            mine = [i for i, b in enumerate(table) if (b.inst_id, b.device) == loc]
-            addresses = torch.tensor([table[i].address for i in mine], device=self.device)
-            positions = (torch.tensor(mine, device=self.device)[:, None] * self.block_size
-                         + torch.arange(self.block_size, device=self.device)[None, :]).reshape(-1)
-            parts.append((loc, addresses, positions, positions < n))
-        return parts
+        for i, (k, table, lens, q_rows, slots, _) in enumerate(self.part_plan):
+            if previous:
+                _, table_t, _, q_rows_t, slots_t = previous[i]
+            else:
+                table_t, q_rows_t, slots_t = self._tensor(table), self._tensor(q_rows), self._tensor(slots)
+            parts.append((k, table_t, self._tensor(lens), q_rows_t, slots_t))
+        self.decode_parts = parts
+
+    def advance(self, num_tokens) -> "StepKV | None":
+        """The plan of the next decode step of the same sequences over the same tables, each sequence one token
+        longer and no token starting a block (only the slots and the row lengths move); None when that is not so."""
+        num_tokens = np.asarray(num_tokens, np.int64)
+        if (self.is_prefill or num_tokens.shape != self.num_tokens.shape
+                or not np.array_equal(num_tokens, self.num_tokens + 1) or not ((num_tokens - 1) % self.block_size).all()):
+            return None
+        step = copy.copy(self)
+        step.num_tokens = num_tokens
+        step.write_plan = [(key, rows, slots + 1) for key, rows, slots in self.write_plan]
+        step._stage_writes()
+        step.part_plan = []
+        for key, table, lens, q_rows, slots, last in self.part_plan:
+            lens = lens.copy()
+            lens[last] += 1
+            step.part_plan.append((key, table, lens, q_rows, slots, last))
+        step._stage_decode(self.decode_parts)
+        return step
+
+    def _plan_prefill(self):
+        """Per sequence: its query rows, and None (all its KV at one location: SDPA over the step's own K/V) or
+        per location (key, addresses, positions of their tokens, which are valid)."""
+        b, bs = self.blocks, self.block_size
+        ends = np.cumsum(self.num_new)
+        self.prefill = []
+        for s, (end, n, new) in enumerate(zip(ends.tolist(), self.num_tokens.tolist(), self.num_new.tolist())):
+            lo, hi = b.start[s], b.start[s] + -(-n // bs)
+            locs = b.loc[lo:hi]
+            span = (end - new, end)
+            if new == n and (locs == locs[0]).all():
+                self.prefill.append((span, None, None))
+                continue
+            parts = []
+            for loc in np.unique(locs):
+                mine = np.flatnonzero(locs == loc)
+                pos_k = (mine[:, None] * bs + np.arange(bs)[None, :]).reshape(-1)
+                valid = pos_k < n
+                parts.append((int(b.key[lo + mine[0]]), self._tensor(b.address[lo + mine]),
+                              self._tensor(pos_k[valid]), self._tensor(valid)))
+            self.prefill.append((span, self._tensor(np.arange(n - new, n)), parts))
+
+    def whole_rows(self):
+        """A decode step's KV as one row per sequence in one storage: (storage key, block table [S, width],
+        lengths [S], slots of the new tokens [S]) as arrays, or None when the KV spans storages."""
+        b = self.blocks
+        if self.is_prefill or not len(b.key) or not (b.key == b.key[0]).all():
+            return None
+        counts = np.diff(np.append(b.start, len(b.key)))
+        table = np.zeros((self.num_seqs, int(counts.max())), np.int32)
+        table[b.seq, b.index] = b.address
+        return int(b.key[0]), table, self.num_tokens.astype(np.int32), self.write_plan[0][2]
 
     def attend(self, layer: int, q, k, v):
         """q [T, Hq, D], k/v [T, Hkv, D] of this step's tokens -> attention output [T, Hq, D]."""
-        for loc, (idx, addr, off) in self.writes.items():
-            k_cache, v_cache = self.caches[loc]
-            k_cache[layer, addr, off] = k[idx].to(k_cache.dtype)
-            v_cache[layer, addr, off] = v[idx].to(v_cache.dtype)
+        key_caches = self.locations.key_caches
+        for key, rows, slots in self.writes:
+            k_cache, v_cache = key_caches[key]
+            store_kv(k if rows is None else k[rows], v if rows is None else v[rows], k_cache[layer], v_cache[layer],
+                     slots)
         if self.is_prefill:
-            return self._prefill(layer, q)
+            return self._prefill(layer, q, k, v)
         num_seqs, num_parts = q.shape[0], self.num_partials
+        if self.direct:
+            key, block_table, seq_lens, _, _ = self.decode_parts[0]
+            k_cache, v_cache = key_caches[key]
+            return micro_attention(q, k_cache[layer], v_cache[layer], block_table, seq_lens, check_ranges=False)[0]
         # slots without a partial stay empty: out 0, lse -inf
         full_out = q.new_zeros(num_parts * num_seqs, *q.shape[1:])
         full_lse = torch.full((num_parts * num_seqs, q.shape[1]), float("-inf"), device=q.device)
-        for key, block_table, seq_lens, slots in self.decode_parts:
-            k_cache, v_cache = self.shared[key] if self.storage else self.caches[key]
-            out, lse = micro_attention(q[slots % num_seqs], k_cache[layer], v_cache[layer], block_table, seq_lens,
+        for key, block_table, seq_lens, q_rows, slots in self.decode_parts:
+            k_cache, v_cache = key_caches[key]
+            out, lse = micro_attention(q[q_rows], k_cache[layer], v_cache[layer], block_table, seq_lens,
                                        check_ranges=False)
             full_out[slots], full_lse[slots] = out, lse
         if num_parts == 1:
@@ -148,16 +239,18 @@ class StepKV:
         out, _ = scale_reduce(full_out.view(num_parts, *q.shape), full_lse.view(num_parts, *q.shape[:2]))
         return out
 
-    def _prefill(self, layer, q):
+    def _prefill(self, layer, q, k, v):
         scale = 1.0 / math.sqrt(q.shape[-1])
         outs = []
-        for (start, end), pos_q, parts in zip(self.query_spans, self.positions, self.prefill_parts):
+        for (start, end), pos_q, parts in self.prefill:
+            if parts is None:
+                outs.append(causal_attention(q[start:end], k[start:end], v[start:end]))
+                continue
             partials = []
-            for loc, addresses, pos_k, valid in parts:
-                k_cache, v_cache = self.caches[loc]
-                k = k_cache[layer, addresses].flatten(0, 1)[valid]
-                v = v_cache[layer, addresses].flatten(0, 1)[valid]
-                out, lse = causal_partial_attention(q[start:end], k, v, pos_q, pos_k[valid], scale)
-                partials.append((out, lse))
+            for key, addresses, pos_k, valid in parts:
+                k_cache, v_cache = self.locations.key_caches[key]
+                kk = k_cache[layer, addresses].flatten(0, 1)[valid]
+                vv = v_cache[layer, addresses].flatten(0, 1)[valid]
+                partials.append(causal_partial_attention(q[start:end], kk, vv, pos_q, pos_k, scale))
             outs.append(merge(partials).to(q.dtype))
-        return torch.cat(outs)
+        return outs[0] if len(outs) == 1 else torch.cat(outs)

@@ -114,11 +114,33 @@ def apply_rope(x, cos, sin):
 
 
 class LlamaModel:
+    """The decoder over `weights` (Hugging Face names). Each layer's Q/K/V and gate/up projections are fused into
+    one matrix at construction, and the separate names become views of it (no second copy)."""
+
     def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor]):
         self.config = config
-        self.w = weights
+        self.w = dict(weights)
+        self.fused = [self._fuse(i) for i in range(config.num_layers)]
         d = config.head_dim
         self.inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+
+    def _fuse(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        p, w = f"model.layers.{layer}.", self.w
+        names = ([p + f"self_attn.{x}_proj.weight" for x in "qkv"], [p + f"mlp.{x}_proj.weight" for x in ("gate", "up")])
+        fused = []
+        for group in names:
+            whole = torch.cat([w.pop(n) for n in group])
+            start = 0
+            for n, rows in zip(group, self._rows(group)):
+                w[n] = whole[start:start + rows]
+                start += rows
+            fused.append(whole)
+        return fused[0], fused[1]
+
+    def _rows(self, group):
+        c = self.config
+        kv = c.num_kv_heads * c.head_dim
+        return (c.hidden_size, kv, kv) if len(group) == 3 else (c.intermediate_size, c.intermediate_size)
 
     @property
     def dtype(self):
@@ -140,17 +162,19 @@ class LlamaModel:
         x = w["model.embed_tokens.weight"][input_ids]
         cos, sin = self.rope(positions)
         num_tokens = input_ids.shape[0]
-        for i in range(c.num_layers):
+        q_size, kv_size = c.hidden_size, c.num_kv_heads * c.head_dim
+        for i, (qkv_w, gate_up_w) in enumerate(self.fused):
             p = f"model.layers.{i}."
             h = rms_norm(x, w[p + "input_layernorm.weight"], c.rms_norm_eps)
-            q = (h @ w[p + "self_attn.q_proj.weight"].T).view(num_tokens, c.num_heads, c.head_dim)
-            k = (h @ w[p + "self_attn.k_proj.weight"].T).view(num_tokens, c.num_kv_heads, c.head_dim)
-            v = (h @ w[p + "self_attn.v_proj.weight"].T).view(num_tokens, c.num_kv_heads, c.head_dim)
+            q, k, v = (h @ qkv_w.T).split([q_size, kv_size, kv_size], dim=-1)
+            q = q.view(num_tokens, c.num_heads, c.head_dim)
+            k = k.view(num_tokens, c.num_kv_heads, c.head_dim)
+            v = v.view(num_tokens, c.num_kv_heads, c.head_dim)
             attn = attend(i, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
             x = x + attn.reshape(num_tokens, -1) @ w[p + "self_attn.o_proj.weight"].T
             h = rms_norm(x, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
-            gate = F.silu(h @ w[p + "mlp.gate_proj.weight"].T)
-            x = x + (gate * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+            gate, up = (h @ gate_up_w.T).split([c.intermediate_size, c.intermediate_size], dim=-1)
+            x = x + (F.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
         return rms_norm(x, w["model.norm.weight"], c.rms_norm_eps)
 
     def logits(self, hidden):

@@ -33,7 +33,7 @@ def _sync(device):
 
 def run_step(backend, seqs, tables, is_prefill: bool) -> None:
     """One engine step of `seqs` (`tables[i]`: the rBlocks of `seqs[i]`), as the engine calls the backend."""
-    instance = SimpleNamespace(rm=SimpleNamespace(tables={s.req_id: t for s, t in zip(seqs, tables)}))
+    instance = SimpleNamespace(inst_id=0, rm=SimpleNamespace(tables={s.req_id: t for s, t in zip(seqs, tables)}))
     backend.execute(instance, seqs, is_prefill)  # returns the ids on the host: the step is done
 
 

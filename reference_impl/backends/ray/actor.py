@@ -102,7 +102,7 @@ class InstanceActor:
         self.config = config
         self.model = model
         self.device = torch.device(device)
-        caches = LocalBackend(model, config, self.device, inst_ids=[inst_id]).caches
+        caches = LocalBackend(model, config, self.device, inst_ids=[inst_id], eager=True).caches  # (no graphs)
         self.caches = {tier: kv for (_, tier), kv in caches.items()}
         self.loop: InstanceLoop | None = None
         self.requests: PeerRequests | None = None

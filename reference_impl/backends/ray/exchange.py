@@ -12,6 +12,8 @@ from reference_impl.backends.ray.owned import Owned
 from reference_impl.backends.ray.serve import PartnerWork
 from reference_impl.backends.ray.step import DistStep, HomePlan, Pair, plan_step
 from reference_impl.control.sequence import Sequence
+from reference_impl.model.runner import ModelRunner
+from reference_impl.model.step_inputs import TokenArrays, token_arrays
 
 
 @dataclass(slots=True)
@@ -19,19 +21,15 @@ class Batch:
     """What the control phase scheduled, for the compute phase (which reads nothing else of the control plane)."""
 
     seqs: list[Sequence]
-    token_ids: list[int]  # fed this step, flattened
-    positions: list[int]
-    num_new: list[int]  # tokens each sequence feeds
+    tokens: TokenArrays  # ids and positions fed this step, flattened; each sequence's last row
     plan: HomePlan
 
 
 def make_batch(rm, seqs: list[Sequence], is_prefill: bool, block_size: int) -> Batch:
     tables = [list(rm.tables[s.req_id]) for s in seqs]
-    num_tokens = [s.num_tokens for s in seqs]
-    num_new = num_tokens if is_prefill else [1] * len(seqs)
-    ids = [t for s in seqs for t in (s.token_ids if is_prefill else s.token_ids[-1:])]
-    positions = [p for n, new in zip(num_tokens, num_new) for p in range(n - new, n)]
-    return Batch(seqs, ids, positions, num_new, plan_step(tables, num_tokens, num_new, block_size, is_prefill))
+    tokens = token_arrays(seqs, is_prefill)
+    return Batch(seqs, tokens, plan_step(tables, tokens.num_tokens.tolist(), tokens.num_new.tolist(), block_size,
+                                         is_prefill))
 
 
 class Exchange(Owned):
@@ -40,6 +38,7 @@ class Exchange(Owned):
         self.pairs: list[Pair] = []  # KV block pairs of this step
         self.serving: list = []  # the partners' calls of the previous steps not yet seen returned
         self.num_works: dict[tuple[int, str], int] = {}  # (partner, group) -> works sent to it so far
+        self.runner = ModelRunner(loop.model, loop.device, loop.config.seed + loop.inst_id)
 
     def begin(self) -> None:
         """A new step: no KV block pairs yet, no peer's block read by a move."""
@@ -117,8 +116,7 @@ class Exchange(Owned):
         self.loop.stats.reply_wait_s += time.perf_counter() - t0
 
     def forward(self, batch: Batch, step: DistStep) -> list[int]:
-        loop = self.loop
-        mailbox, model, device = loop.mailbox, loop.model, loop.device
+        mailbox = self.loop.mailbox
 
         def attend(layer, q, k, v):
             mailbox.serve()
@@ -126,8 +124,6 @@ class Exchange(Owned):
             mailbox.serve()  # again before the MLP: a peer waiting on a reply from here waits less
             return out
 
-        hidden = model.forward(torch.tensor(batch.token_ids, device=device),
-                               torch.tensor(batch.positions, device=device), attend)
+        hidden = self.runner.forward(batch.tokens, attend)
         mailbox.serve()
-        last = torch.tensor(batch.num_new, device=device).cumsum(0) - 1
-        return model.logits(hidden[last]).argmax(-1).tolist()
+        return self.runner.sample(batch.seqs, hidden)

@@ -1,0 +1,93 @@
+"""Step inputs built with array operations equal a token-by-token reference; a decode plan advanced by one token
+equals the plan built afresh; prefill over one location (SDPA) and over several (partials) equal plain attention."""
+import numpy as np
+import torch
+
+from reference_impl.control.rblock import CPU, DEVICE, RBlock
+from reference_impl.control.sequence import Sequence
+from reference_impl.model.kv_layer import StepKV
+from reference_impl.model.llama import contiguous_attention
+from reference_impl.model.step_inputs import Locations, TableCache, block_arrays, token_arrays
+
+LAYERS, HKV, HQ, D, BS = 2, 2, 4, 8, 4
+
+
+def seqs():
+    a = Sequence(0, [5, 6, 7], 9)
+    b = Sequence(1, [1, 2, 3, 4, 5, 6], 9)
+    b.output_ids += [11, 12]
+    c = Sequence(2, [9], 9)
+    return [a, b, c]
+
+
+def test_token_arrays_match_a_token_by_token_reference():
+    for is_prefill in (True, False):
+        t = token_arrays(seqs(), is_prefill)
+        ids = [x for s in seqs() for x in (s.token_ids if is_prefill else s.token_ids[-1:])]
+        new = [s.num_tokens if is_prefill else 1 for s in seqs()]
+        positions = [p for s, m in zip(seqs(), new) for p in range(s.num_tokens - m, s.num_tokens)]
+        assert t.token_ids.tolist() == ids and t.positions.tolist() == positions
+        assert t.last.tolist() == (np.cumsum(new) - 1).tolist()
+
+
+def test_table_cache_follows_appends_and_moves():
+    caches = {(0, DEVICE): None, (1, DEVICE): None, (0, CPU): None}
+    locations = Locations(caches)
+    cache = TableCache()
+    table = [RBlock(0, 0, DEVICE, 3), RBlock(1, 1, DEVICE, 5)]
+    for change in (None, "append", "move"):
+        if change == "append":
+            table.append(RBlock(2, 0, CPU, 1))
+        if change == "move":
+            table[0] = RBlock(0, 1, DEVICE, 7)
+        b = block_arrays([table], locations, cache, [42])
+        assert [locations.locs[i] for i in b.loc] == [(x.inst_id, x.device) for x in table]
+        assert b.address.tolist() == [x.address for x in table]
+
+
+def caches_of(gen, num_inst=3, blocks=6):
+    k = torch.randn(LAYERS, num_inst * blocks, BS, HKV, D, generator=gen)
+    v = torch.randn_like(k)
+    caches = {(i, DEVICE): (k[:, i * blocks:(i + 1) * blocks], v[:, i * blocks:(i + 1) * blocks]) for i in range(num_inst)}
+    storage = {(i, DEVICE): ("dev", i * blocks) for i in range(num_inst)}
+    return caches, storage, {"dev": (k, v)}
+
+
+def test_advanced_decode_plan_equals_a_fresh_one():
+    gen = torch.Generator().manual_seed(3)
+    caches, storage, shared = caches_of(gen)
+    tables = [[RBlock(0, 0, DEVICE, 1), RBlock(1, 2, DEVICE, 3), RBlock(2, 1, DEVICE, 0)],
+              [RBlock(3, 2, DEVICE, 4), RBlock(4, 0, DEVICE, 2)]]
+    lens = [10, 6]
+    first = StepKV(caches, tables, lens, [1, 1], BS, False, "cpu", storage, shared)
+    q, k, v = (torch.randn(2, h, D, generator=gen) for h in (HQ, HKV, HKV))
+    first.attend(0, q, k, v)
+    advanced = first.advance([11, 7])
+    fresh = StepKV(caches, tables, [11, 7], [1, 1], BS, False, "cpu", storage, shared)
+    q, k, v = (torch.randn(2, h, D, generator=gen) for h in (HQ, HKV, HKV))
+    saved = {key: tuple(x.clone() for x in kv) for key, kv in shared.items()}
+    out_a = advanced.attend(1, q, k, v)
+    after_a = {key: tuple(x.clone() for x in kv) for key, kv in shared.items()}
+    for key, kv in shared.items():
+        for x, y in zip(kv, saved[key]):
+            x.copy_(y)
+    out_f = fresh.attend(1, q, k, v)
+    torch.testing.assert_close(out_a, out_f, atol=1e-6, rtol=1e-6)
+    assert all(torch.equal(x, y) for key in shared for x, y in zip(shared[key], after_a[key]))
+    assert first.advance([12, 7]) is None and fresh.advance([12, 9]) is None  # 9th token starts a block
+
+
+def test_prefill_over_one_or_several_locations_equals_plain_attention():
+    gen = torch.Generator().manual_seed(4)
+    caches, storage, shared = caches_of(gen)
+    tables = [[RBlock(0, 1, DEVICE, 2), RBlock(1, 1, DEVICE, 0)],  # 7 tokens at one location: SDPA
+              [RBlock(2, 0, DEVICE, 4), RBlock(3, 2, DEVICE, 1), RBlock(4, 0, DEVICE, 5)]]  # 10 tokens over two
+    lens = [7, 10]
+    q, k, v = (torch.randn(17, h, D, generator=gen) for h in (HQ, HKV, HKV))
+    step = StepKV(caches, tables, lens, lens, BS, True, "cpu", storage, shared)
+    assert step.prefill[0][2] is None and len(step.prefill[1][2]) == 2
+    out = step.attend(0, q, k, v)
+    for start, n in ((0, 7), (7, 10)):
+        pos = torch.arange(n)
+        ref = contiguous_attention(q[start:start + n], k[start:start + n], v[start:start + n], pos, pos)
+        torch.testing.assert_close(out[start:start + n], ref, atol=1e-5, rtol=1e-5)
