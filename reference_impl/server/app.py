@@ -59,13 +59,13 @@ class Server:
         self.check_ids(ids)
         return ids
 
-    def check_ids(self, ids: list[int]) -> None:
+    def check_ids(self, ids: list[int], param: str = "prompt") -> None:
         vocab = self.served.model.config.vocab_size
         if not ids:
-            raise ServerError(400, "the prompt is empty", "prompt")
+            raise ServerError(400, f"the {param} is empty", param)
         bad = next((t for t in ids if not 0 <= t < vocab), None)
         if bad is not None:
-            raise ServerError(400, f"token id {bad} is outside the vocabulary [0, {vocab})", "prompt")
+            raise ServerError(400, f"token id {bad} is outside the vocabulary [0, {vocab})", param)
 
     def chat_ids(self, messages, add_generation_prompt: bool = True) -> list[int]:
         tokenizer = self.served.tokenizer
@@ -262,7 +262,7 @@ def build_app(config: ServerConfig, served: ServedModel | None = None) -> FastAP
         server.check_model(body.model)
         if server.served.tokenizer is None:
             raise ServerError(400, "this model has no tokenizer", "tokens")
-        server.check_ids(body.tokens or [0])
+        server.check_ids(body.tokens or [0], "tokens")
         return {"prompt": server.served.tokenizer.decode(body.tokens)}
 
     @app.get("/metrics")
