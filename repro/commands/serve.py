@@ -28,8 +28,10 @@ MAX_INSTANCES = 256  # as `repro generate`: more is a cluster's job
 @seed_option
 def serve(model_spec, served_model_name, host, port, instances, blocks_per_instance, block_size, max_batch_size,
           no_pooling, max_queue, default_max_tokens, log_level, seed):
-    """An OpenAI-compatible server over the engine (local backend): /v1/completions, /v1/chat/completions,
-    /v1/models, /health, /tokenize, /detokenize, /metrics. See docs/serving.md."""
+    """An OpenAI-compatible server over the engine (completions, chat, streaming, metrics).
+
+    Local backend: --instances in this process, KV pooled. Endpoints /v1/completions, /v1/chat/completions,
+    /v1/models, /health, /tokenize, /detokenize, /metrics; see docs/serving.md."""
     from repro.commands.generate import check_kv_fits_memory
     from reference_impl.server.config import ServerConfig, load_served
     from reference_impl.server.run import serve_forever
