@@ -29,15 +29,15 @@ class Server:
         self.config = config
         self.served = served or load_served(config)
         self.metrics = ServerMetrics(self.served.name)
-        self.loop = EngineLoop(self._make_engine, self.metrics)
+        self.loop = EngineLoop(self._make_driver, self.metrics)
         self.created = int(time.time())
 
-    def _make_engine(self):
-        from reference_impl.backends.local import LocalBackend, to_device
-        from reference_impl.control.engine import Engine
+    def _make_driver(self):
+        from reference_impl.server.drivers import LocalDriver, RayDriver
 
-        engine_config = self.config.engine_config()
-        return Engine(engine_config, LocalBackend(to_device(self.served.model, "cpu"), engine_config))
+        if self.config.backend == "ray":
+            return RayDriver(self.config.engine_config(), self.served.model, self.config.ray_config())
+        return LocalDriver(self.config.engine_config(), self.served.model)
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name != self.served.name:
