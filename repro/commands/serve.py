@@ -35,8 +35,9 @@ def serve(model_spec, served_model_name, host, port, instances, blocks_per_insta
           no_pooling, max_queue, default_max_tokens, backend, address, ray_cpus, log_level, seed):
     """An OpenAI-compatible server over the engine (completions, chat, streaming, metrics).
 
-    Local backend: --instances in this process, KV pooled; --backend ray: each a Ray actor. Endpoints /v1/completions, /v1/chat/completions,
-    /v1/models, /health, /tokenize, /detokenize, /metrics; see docs/serving.md."""
+    Local backend: --instances in this process, KV pooled; --backend ray: each a Ray actor. Endpoints
+    /v1/completions, /v1/chat/completions, /v1/models, /health, /tokenize, /detokenize, /metrics; see
+    docs/serving.md."""
     from repro.commands.generate import check_kv_fits_memory
     from reference_impl.server.config import ServerConfig, load_served
     from reference_impl.server.run import serve_forever
@@ -50,6 +51,7 @@ def serve(model_spec, served_model_name, host, port, instances, blocks_per_insta
     if backend == "local":
         check_kv_fits_memory(served.model.config, instances, blocks_per_instance, block_size,
                              served.model.dtype.itemsize)
-    click.echo(f"serving {served.name} ({'folder ' + served.root if served.root else 'no tokenizer'}) on "
-               f"http://{host}:{port}/v1 with {instances} {backend} instances, max_model_len {served.max_model_len}", err=True)
+    where = f"folder {served.root}" if served.root else "no tokenizer"
+    click.echo(f"serving {served.name} ({where}) on http://{host}:{port}/v1 with {instances} {backend} instances, "
+               f"max_model_len {served.max_model_len}", err=True)
     serve_forever(config, log_level=log_level, served=served)
