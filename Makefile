@@ -78,6 +78,15 @@ bench-scale-goals: $(STAMP)
 bench-sweep: $(STAMP)
 	$(BIN)/repro bench sweep --out results/bench/sweep.json
 
+# The OpenAI-compatible server (docs/serving.md): MODEL=tiny (a folder with a tokenizer, built on first use) or a
+# Hugging Face LLaMA folder; SERVE_ARGS for more (--instances, --blocks-per-instance, --max-queue, ...)
+MODEL ?= tiny
+PORT ?= 8000
+SERVE_ARGS ?=
+.PHONY: serve
+serve: $(STAMP)
+	$(BIN)/repro serve --model $(MODEL) --port $(PORT) $(SERVE_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
 

@@ -94,7 +94,8 @@ def load_tokenizer(folder: str | Path) -> TextTokenizer | None:
     try:
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as exc:  # the library raises its own exception type for a malformed file
-        raise InputError(f"cannot read {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"cannot read {path}: {why}") from None
     config = {}
     config_path = folder / "tokenizer_config.json"
     if config_path.is_file():
@@ -106,4 +107,5 @@ def load_tokenizer(folder: str | Path) -> TextTokenizer | None:
     jinja_path = folder / "chat_template.jinja"
     if template is None and jinja_path.is_file():
         template = jinja_path.read_text()
-    return TextTokenizer(tokenizer, template, _token_text(config.get("bos_token")), _token_text(config.get("eos_token")))
+    return TextTokenizer(tokenizer, template, _token_text(config.get("bos_token")),
+                         _token_text(config.get("eos_token")))

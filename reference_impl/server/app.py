@@ -29,15 +29,15 @@ class Server:
         self.config = config
         self.served = served or load_served(config)
         self.metrics = ServerMetrics(self.served.name)
-        self.loop = EngineLoop(self._make_engine, self.metrics)
+        self.loop = EngineLoop(self._make_driver, self.metrics)
         self.created = int(time.time())
 
-    def _make_engine(self):
-        from reference_impl.backends.local import LocalBackend, to_device
-        from reference_impl.control.engine import Engine
+    def _make_driver(self):
+        from reference_impl.server.drivers import LocalDriver, RayDriver
 
-        engine_config = self.config.engine_config()
-        return Engine(engine_config, LocalBackend(to_device(self.served.model, "cpu"), engine_config))
+        if self.config.backend == "ray":
+            return RayDriver(self.config.engine_config(), self.served.model, self.config.ray_config())
+        return LocalDriver(self.config.engine_config(), self.served.model)
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name != self.served.name:
@@ -59,13 +59,13 @@ class Server:
         self.check_ids(ids)
         return ids
 
-    def check_ids(self, ids: list[int]) -> None:
+    def check_ids(self, ids: list[int], param: str = "prompt") -> None:
         vocab = self.served.model.config.vocab_size
         if not ids:
-            raise ServerError(400, "the prompt is empty", "prompt")
+            raise ServerError(400, f"the {param} is empty", param)
         bad = next((t for t in ids if not 0 <= t < vocab), None)
         if bad is not None:
-            raise ServerError(400, f"token id {bad} is outside the vocabulary [0, {vocab})", "prompt")
+            raise ServerError(400, f"token id {bad} is outside the vocabulary [0, {vocab})", param)
 
     def chat_ids(self, messages, add_generation_prompt: bool = True) -> list[int]:
         tokenizer = self.served.tokenizer
@@ -262,7 +262,7 @@ def build_app(config: ServerConfig, served: ServedModel | None = None) -> FastAP
         server.check_model(body.model)
         if server.served.tokenizer is None:
             raise ServerError(400, "this model has no tokenizer", "tokens")
-        server.check_ids(body.tokens or [0])
+        server.check_ids(body.tokens or [0], "tokens")
         return {"prompt": server.served.tokenizer.decode(body.tokens)}
 
     @app.get("/metrics")

@@ -12,7 +12,9 @@ class ServerConfig:
     served_model_name: str | None = None  # the id clients send as `model` (default: --model as given)
     host: str = "127.0.0.1"
     port: int = 8000
-    backend: str = "local"
+    backend: str = "local"  # or "ray": each instance a Ray actor (backends/ray/)
+    ray_address: str | None = None  # with backend "ray": a cluster to join (None: start a private Ray here)
+    ray_cpus: int = 2  # CPUs of a private Ray
     num_instances: int = 2
     blocks_per_instance: int = 64
     block_size: int = 16
@@ -25,10 +27,16 @@ class ServerConfig:
     def __post_init__(self):
         if self.max_queue < 1 or self.default_max_tokens < 1:
             raise InputError("--max-queue and --default-max-tokens must be >= 1")
+        if self.backend not in ("local", "ray"):
+            raise InputError(f"unknown backend {self.backend!r}: choose local or ray")
 
     @property
     def model_name(self) -> str:
         return self.served_model_name or self.model
+
+    def ray_config(self):
+        from reference_impl.backends.ray.cluster import RayConfig
+        return RayConfig(address=self.ray_address, num_cpus=self.ray_cpus)
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(num_instances=self.num_instances, blocks_per_instance=self.blocks_per_instance,

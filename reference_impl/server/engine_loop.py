@@ -1,4 +1,5 @@
-"""One thread owns the Engine and steps it; the server reaches it only through its inbox (add, abort, inspect).
+"""One thread owns the engine (a driver: drivers.py) and steps it; the server reaches it only through its inbox
+(add, abort, inspect).
 
 Continuous batching as the engine does it: a request added between two steps is dispatched at once and joins a
 batch at the next step; after each step every request that made tokens gets them as an Event on its own asyncio
@@ -12,10 +13,11 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from reference_impl.control.sequence import Sequence, Status
 from reference_impl.errors import InputError
+from reference_impl.server.drivers import EngineStats
 from reference_impl.server.metrics import ServerMetrics
 
 log = logging.getLogger("repro.serve")
@@ -40,26 +42,11 @@ class _Live:
     queued: bool = True  # counted in num_queued until its first token (or its end)
 
 
-@dataclass
-class EngineStats:
-    """What the engine holds now (read in the loop's thread, between steps)."""
-    num_running: int
-    num_waiting: int
-    num_live: int
-    rblocks_used: int
-    rblocks_reserved: int
-    rblocks_lent: int
-    rblocks_borrowed: int
-    num_tables: int
-    num_moves: int
-    held_by_req: dict = field(default_factory=dict)
-
-
 class EngineLoop:
-    def __init__(self, make_engine, metrics: ServerMetrics, idle_wait_s: float = 0.05):
-        """`make_engine()` builds the Engine (called here and after a failed step)."""
-        self.make_engine = make_engine
-        self.engine = make_engine()
+    def __init__(self, make_driver, metrics: ServerMetrics, idle_wait_s: float = 0.05):
+        """`make_driver()` builds the engine's driver (called here and after a failed step)."""
+        self.make_driver = make_driver
+        self.driver = make_driver()
         self.metrics = metrics
         self.idle_wait_s = idle_wait_s
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -77,6 +64,7 @@ class EngineLoop:
         self._stop.set()
         self.inbox.put(("wake",))
         self._thread.join(timeout_s)
+        self.driver.close()
 
     def submit(self, seq: Sequence, arrival_s: float) -> asyncio.Queue:
         """Queue `seq` for the engine; its Events arrive on the returned queue (of the calling event loop)."""
@@ -90,19 +78,19 @@ class EngineLoop:
         self.inbox.put(("abort", req_id))
 
     def call(self, fn) -> Future:
-        """Run `fn(engine)` in the loop's thread between steps; its result in the Future."""
+        """Run `fn(driver)` in the loop's thread between steps; its result in the Future."""
         done: Future = Future()
         self.inbox.put(("call", fn, done))
         return done
 
     def stats(self, timeout_s: float = 10.0) -> EngineStats:
-        return self.call(self._stats).result(timeout_s)
+        return self.call(lambda driver: driver.stats(len(self.live))).result(timeout_s)
 
     # --- the loop's thread
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._drain(block=not self.engine.has_work)
-            if self.engine.has_work:
+            self._drain(block=not self.driver.has_work)
+            if self.driver.has_work:
                 self._step()
             self._gauges()
 
@@ -123,7 +111,7 @@ class EngineLoop:
         if kind == "add":
             live = message[1]
             try:
-                self.engine.add_request(live.seq)
+                self.driver.add(live.seq)
             except InputError as exc:
                 self._end(live, Event([], "error", str(exc)))
                 return
@@ -131,35 +119,33 @@ class EngineLoop:
         elif kind == "abort":
             live = self.live.get(message[1])
             if live is not None:
-                for inst in self.engine.instances:
-                    if inst.scheduler.abort(live.seq.req_id) is not None:
-                        break
+                self.driver.abort(live.seq.req_id)
                 self.metrics.aborted.inc()
                 self._end(live, Event([], "abort"))
         elif kind == "call":
             _, fn, done = message
             try:
-                done.set_result(fn(self.engine))
+                done.set_result(fn(self.driver))
             except Exception as exc:  # the caller's function: its error is the caller's
                 done.set_exception(exc)
 
     def _step(self) -> None:
-        engine, config = self.engine, self.engine.config
-        interval = config.gmanager_interval_steps
-        if config.pooling and interval and engine.num_steps % interval == 0:
-            self.metrics.gmanager_rounds.inc()
         try:
-            engine.step()
+            self.metrics.gmanager_rounds.inc(self.driver.step())
         except Exception:
             log.exception("an engine step failed: failing the %d requests in flight and rebuilding the engine",
                           len(self.live))
             for live in list(self.live.values()):
                 self._end(live, Event([], "error", "the engine failed while serving this request"))
-            self.engine = self.make_engine()
+            self.driver.close()
+            self.driver = self.make_driver()
             return
-        engine.finished.clear()  # (the engine keeps every finished request; the server must not)
         self.metrics.steps.inc()
         now = time.monotonic()
+        for req_id, why in self.driver.failed().items():
+            if req_id in self.live:  # given up by the engine (a Ray instance died and it no longer fits)
+                why = f"the engine failed while serving this request: {why}"
+                self._end(self.live[req_id], Event([], "error", why))
         for live in list(self.live.values()):
             seq = live.seq
             n = len(seq.output_ids)
@@ -205,26 +191,11 @@ class EngineLoop:
         except RuntimeError:  # its event loop closed (the server is shutting down)
             pass
 
-    def _stats(self, engine) -> EngineStats:
-        rms = engine.rmanagers.values()
-        held: dict[int, int] = {}
-        for rm in rms:
-            for req_id, n in rm.hosted.items():
-                held[req_id] = held.get(req_id, 0) + n
-        return EngineStats(
-            sum(len(i.scheduler.running) for i in engine.instances),
-            sum(len(i.scheduler.waiting) for i in engine.instances), len(self.live),
-            sum(rm.pool.num_used for rm in rms), sum(rm.num_reserved for rm in rms),
-            sum(rm.num_lent for rm in rms), sum(rm.num_borrowed for rm in rms),
-            sum(len(rm.tables) for rm in rms), sum(len(rm.moves) for rm in rms), held)
-
     def _gauges(self) -> None:
-        engine, m = self.engine, self.metrics
-        rms = engine.rmanagers.values()
-        m.running.set(sum(len(i.scheduler.running) for i in engine.instances))
-        m.waiting.set(sum(len(i.scheduler.waiting) for i in engine.instances))
-        used, capacity = sum(rm.pool.num_used for rm in rms), sum(rm.pool.num_capacity for rm in rms)
-        m.rblocks_used.set(used)
-        m.kv_usage.set(used / capacity if capacity else 0.0)
-        m.lent.set(sum(rm.num_lent for rm in rms))
-        m.borrowed.set(sum(rm.num_borrowed for rm in rms))
+        g, m = self.driver.gauges(), self.metrics
+        m.running.set(g.num_running)
+        m.waiting.set(g.num_waiting)
+        m.rblocks_used.set(g.rblocks_used)
+        m.kv_usage.set(g.rblocks_used / g.rblocks_capacity if g.rblocks_capacity else 0.0)
+        m.lent.set(g.rblocks_lent)
+        m.borrowed.set(g.rblocks_borrowed)

@@ -69,6 +69,7 @@ class Generation:
 
     async def pieces(self, request=None):
         """The request's pieces as they come; with `request`, Disconnected when its client goes."""
+        checked_s = time.monotonic()
         while not self.done:
             if request is None:
                 event = await self.events.get()
@@ -76,9 +77,13 @@ class Generation:
                 try:
                     event = await asyncio.wait_for(self.events.get(), DISCONNECT_POLL_S)
                 except asyncio.TimeoutError:
+                    event = None
+                if time.monotonic() - checked_s >= DISCONNECT_POLL_S:  # (tokens may come faster than the poll)
+                    checked_s = time.monotonic()
                     if await request.is_disconnected():
                         self.close()
-                        raise Disconnected from None
+                        raise Disconnected
+                if event is None:
                     continue
             if event.finish_reason == "error":
                 self.done = True

@@ -16,6 +16,10 @@ BENCHMARKS = {
               "The simulator's CPU seconds per 1,000 requests and peak memory from 32 to 8192 GPUs (trace 0, "
               "Infinite-LLM and vLLM-M at 0.5x and 1.5x of saturation, the same requests per GPU), and the "
               "gManager's round at those sizes."),
+    "serve": ("repro.commands.bench_serve:bench_serve",
+              "Replay a trace or dataset against any OpenAI-compatible endpoint with streaming, by the simulator's "
+              "curve method: the serving-point records, and TTFT, TPOT, ITL, e2e (p50, p99), output tok/s and goodput "
+              "under the SLO given."),
     "sweep": ("repro.commands.bench_sweep:bench_sweep",
               "Per-point overhead of simulated points on Ray against the local pool (1 and 2 workers), and the quick "
               "figure set's task graph scheduled on 16, 64 and 256 cores."),

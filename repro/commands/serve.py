@@ -23,13 +23,21 @@ MAX_INSTANCES = 256  # as `repro generate`: more is a cluster's job
               help="Requests waiting for their first token past which new ones get 503 with Retry-After.")
 @click.option("--default-max-tokens", default=16, show_default=True, type=click.IntRange(min=1),
               help="max_tokens of a request that gives none.")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: the instances in this process; ray: each instance and the gManager a Ray actor.")
+@click.option("--address", default=None, help="With --backend ray: a Ray cluster to join (default: start one here).")
+@click.option("--ray-cpus", default=2, show_default=True, type=click.IntRange(min=1),
+              help="With --backend ray and no --address: CPUs of the Ray started here.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @seed_option
 def serve(model_spec, served_model_name, host, port, instances, blocks_per_instance, block_size, max_batch_size,
-          no_pooling, max_queue, default_max_tokens, log_level, seed):
-    """An OpenAI-compatible server over the engine (local backend): /v1/completions, /v1/chat/completions,
-    /v1/models, /health, /tokenize, /detokenize, /metrics. See docs/serving.md."""
+          no_pooling, max_queue, default_max_tokens, backend, address, ray_cpus, log_level, seed):
+    """An OpenAI-compatible server over the engine (completions, chat, streaming, metrics).
+
+    Local backend: --instances in this process, KV pooled; --backend ray: each a Ray actor. Endpoints
+    /v1/completions, /v1/chat/completions, /v1/models, /health, /tokenize, /detokenize, /metrics; see
+    docs/serving.md."""
     from repro.commands.generate import check_kv_fits_memory
     from reference_impl.server.config import ServerConfig, load_served
     from reference_impl.server.run import serve_forever
@@ -37,9 +45,13 @@ def serve(model_spec, served_model_name, host, port, instances, blocks_per_insta
     config = ServerConfig(model=model_spec, served_model_name=served_model_name, host=host, port=port,
                           num_instances=instances, blocks_per_instance=blocks_per_instance, block_size=block_size,
                           max_batch_size=max_batch_size, pooling=not no_pooling, max_queue=max_queue,
-                          default_max_tokens=default_max_tokens, seed=seed)
+                          default_max_tokens=default_max_tokens, backend=backend, ray_address=address,
+                          ray_cpus=ray_cpus, seed=seed)
     served = load_served(config)  # a bad --model fails here, in one line, before the port is taken
-    check_kv_fits_memory(served.model.config, instances, blocks_per_instance, block_size, served.model.dtype.itemsize)
-    click.echo(f"serving {served.name} ({'folder ' + served.root if served.root else 'no tokenizer'}) on "
-               f"http://{host}:{port}/v1 with {instances} instances, max_model_len {served.max_model_len}", err=True)
+    if backend == "local":
+        check_kv_fits_memory(served.model.config, instances, blocks_per_instance, block_size,
+                             served.model.dtype.itemsize)
+    where = f"folder {served.root}" if served.root else "no tokenizer"
+    click.echo(f"serving {served.name} ({where}) on http://{host}:{port}/v1 with {instances} {backend} instances, "
+               f"max_model_len {served.max_model_len}", err=True)
     serve_forever(config, log_level=log_level, served=served)
