@@ -2,8 +2,9 @@
 import textwrap
 from dataclasses import asdict
 
-from repro.accuracy import accuracy_rows
+from repro.accuracy import _sim_vs_real, accuracy_rows
 from repro.claims import headline_claims
+from repro.experiments.designs.claims import claim_rows
 from repro.experiments.designs.report import design_rows
 from repro.framework.registry import EXPERIMENTS, get_experiment
 from repro.results import load_results
@@ -33,6 +34,17 @@ def build_report(results_dir: str) -> list[dict]:
         for row in found:
             rows.append({**asdict(row), "figure": claim["figure"], "verdict": row.verdict})
     return rows + design_rows(results_dir) + accuracy_rows(results_dir)
+
+
+def run_rows(exp, result: dict, path) -> list[dict]:
+    """The report's rows of one result of `exp` (`path` its result.json): what `repro run` prints at its end."""
+    if exp.name == "designs":
+        return claim_rows(result)
+    if exp.name == "sim-vs-real":
+        return _sim_vs_real(path)
+    if exp.claims is None:
+        return []
+    return [{**asdict(row), "verdict": row.verdict} for row in exp.claims([result])]
 
 
 def format_report(rows: list[dict]) -> str:
