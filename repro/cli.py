@@ -29,7 +29,7 @@ COMMANDS = {
     "serve": ("repro.commands.serve:serve",
               "An OpenAI-compatible server over the engine (completions, chat, streaming, metrics)."),
     "simulate": ("repro.commands.simulate:simulate",
-                 "Serve a workload file on the simulated cluster and print its summary."),
+                 "Serve a workload file on the simulated cluster and print what the design chose and how it served."),
     "validate-gpu": ("repro.commands.validate_gpu:validate_gpu",
                      "The engine and the cost model checked on one GPU in one command (--dry-run: on the CPU)."),
     "workloads": ("repro.commands.workloads:workloads",

@@ -2,7 +2,7 @@
 
     for case in progress(cases, desc="attention check", unit="case"): ...
     with live_bar(desc="points", total=n, unit="point") as bar: ...; say(bar, "a row"); bar.update()
-    with progress_log("e2e") as log: experiment.run(params, log)   # each log line printed, the bar ticks
+    with progress_log("e2e", to_stderr=True) as log: experiment.run(params, log)   # each log line on stderr, the bar ticks
     with log.taken(desc="e2e points", unit="point") as bar: ...    # meanwhile the run's one bar counts points
 
 Shown when stderr is a terminal; REPRO_PROGRESS=1 forces it on (e.g. in CI logs), 0 off. Output of the command
@@ -57,9 +57,11 @@ def live_bar(*, desc: str, total: int | None = None, unit: str = "it") -> Iterat
         bar.close()
 
 
-def say(bar: tqdm, message: str, echo=print) -> None:
-    """Print `message` on stdout above `bar` (or by `echo` when the bar is off)."""
-    if bar.disable:
+def say(bar: tqdm, message: str, echo=print, to_stderr: bool = False) -> None:
+    """Print `message` on stdout (stderr with `to_stderr`) above `bar` (or by `echo` when the bar is off)."""
+    if to_stderr:
+        (bar.write if not bar.disable else print)(str(message), file=sys.stderr)
+    elif bar.disable:
         echo(message)
     else:
         bar.write(str(message), file=sys.stdout)
@@ -68,11 +70,11 @@ def say(bar: tqdm, message: str, echo=print) -> None:
 class BarLog:
     """`log(message)`: the message printed above `bar`, which counts messages unless a caller has taken it."""
 
-    def __init__(self, bar: tqdm, echo=print):
-        self.bar, self.echo, self._taken = bar, echo, False
+    def __init__(self, bar: tqdm, echo=print, to_stderr: bool = False):
+        self.bar, self.echo, self.to_stderr, self._taken = bar, echo, to_stderr, False
 
     def __call__(self, message: str) -> None:
-        say(self.bar, message, self.echo)
+        say(self.bar, message, self.echo, self.to_stderr)
         if not self._taken:
             self.bar.update(1)
 
@@ -103,8 +105,9 @@ class BarLog:
 
 
 @contextmanager
-def progress_log(desc: str, echo=print) -> Iterator[BarLog]:
+def progress_log(desc: str, echo=print, to_stderr: bool = False) -> Iterator[BarLog]:
     """A `log(message)` callable for long runs (BarLog): prints each message above a bar that counts them and shows
-    the elapsed time, redrawn every REFRESH_S so a quiet minute still shows the command is alive."""
+    the elapsed time, redrawn every REFRESH_S so a quiet minute still shows the command is alive. `to_stderr`: the
+    messages go to stderr with the bar, leaving stdout to the command's result."""
     with live_bar(desc=desc, unit="step") as bar:
-        yield BarLog(bar, echo)
+        yield BarLog(bar, echo, to_stderr)

@@ -1,11 +1,17 @@
 """`repro report`: one row per (headline claim, metric), from saved results only."""
+import textwrap
 from dataclasses import asdict
 
-from repro.accuracy import accuracy_rows
+from repro.accuracy import _sim_vs_real, accuracy_rows
 from repro.claims import headline_claims
+from repro.experiments.designs.claims import claim_rows
 from repro.experiments.designs.report import design_rows
 from repro.framework.registry import EXPERIMENTS, get_experiment
 from repro.results import load_results
+
+
+NOT_RUN = "not run"  # the verdict of a claim whose experiment has no result
+CLAIM_W, METRIC_W, NOTE_W = 24, 42, 118
 
 
 def build_report(results_dir: str) -> list[dict]:
@@ -23,20 +29,34 @@ def build_report(results_dir: str) -> list[dict]:
         found = by_claim.get(claim["id"], [])
         if not found:
             rows.append({"claim_id": claim["id"], "figure": claim["figure"], "metric": claim["claim"],
-                         "paper": "", "reproduced": None, "unit": "", "verdict": "not reproduced",
-                         "note": "no experiment result yet"})
+                         "paper": "", "reproduced": None, "unit": "", "verdict": NOT_RUN,
+                         "note": "no result of its experiment: `repro run` it (or give its --results-dir)"})
         for row in found:
             rows.append({**asdict(row), "figure": claim["figure"], "verdict": row.verdict})
     return rows + design_rows(results_dir) + accuracy_rows(results_dir)
 
 
+def run_rows(exp, result: dict, path) -> list[dict]:
+    """The report's rows of one result of `exp` (`path` its result.json): what `repro run` prints at its end."""
+    if exp.name == "designs":
+        return claim_rows(result)
+    if exp.name == "sim-vs-real":
+        return _sim_vs_real(path)
+    if exp.claims is None:
+        return []
+    return [{**asdict(row), "verdict": row.verdict} for row in exp.claims([result])]
+
+
 def format_report(rows: list[dict]) -> str:
-    lines = [f"{'claim':<24}{'metric':<44}{'paper':>16}{'reproduced':>14}  verdict"]
+    """The rows as a text table: long metrics wrap inside their column (never cut), a note under its row."""
+    lines = [f"{'claim':<{CLAIM_W}}{'metric':<{METRIC_W + 2}}{'paper':>16}{'reproduced':>14}  verdict"]
     lines.append("-" * len(lines[0]))
     for r in rows:
         value = "-" if r["reproduced"] is None else f"{r['reproduced']:.3g}{r['unit']}"
-        metric = r["metric"] if len(r["metric"]) <= 42 else r["metric"][:41] + "~"
-        lines.append(f"{r['claim_id']:<24}{metric:<44}{r['paper']:>16}{value:>14}  {r['verdict']}")
+        metric = textwrap.wrap(r["metric"], METRIC_W, break_on_hyphens=False) or [""]
+        lines.append(f"{r['claim_id']:<{CLAIM_W}}{metric[0]:<{METRIC_W + 2}}{r['paper']:>16}{value:>14}  {r['verdict']}")
+        lines += [f"{'':<{CLAIM_W}}{more}" for more in metric[1:]]
         if r.get("note"):
-            lines.append(f"{'':<24}  {r['note']}")
+            lines += textwrap.wrap(r["note"], NOTE_W, break_on_hyphens=False, initial_indent=" " * (CLAIM_W + 2),
+                                   subsequent_indent=" " * (CLAIM_W + 2))
     return "\n".join(lines)

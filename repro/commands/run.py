@@ -69,8 +69,13 @@ class RunCommand(click.Command):
                                              "params).")
 @click.option("--results-dir", type=click.Path(), default="results", show_default=True)
 @click.option("--force", is_flag=True, help="Run again even if the result exists.")
-def run(name, backend, quick, seed, address, params, run_id, results_dir, force):
-    """Run an experiment and write results/<experiment>/<run-id>/result.json."""
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"result": PATH, "ran": BOOL, "rows": [...]} (the table\'s rows) instead of the table.')
+def run(name, backend, quick, seed, address, params, run_id, results_dir, force, as_json):
+    """Run an experiment and write results/<experiment>/<run-id>/result.json.
+
+    Progress and the run's log go to stderr; stdout gets the result's table at the end (per group the reproduced
+    ratio, the paper's range, and the seeds' spread in the note) or, with --json, the same as JSON."""
     from repro.framework.base import RunParams
     from repro.progress import progress_log
     from repro.results import run_and_save
@@ -84,8 +89,38 @@ def run(name, backend, quick, seed, address, params, run_id, results_dir, force)
         raise click.BadParameter(f"only with --backend ray, or --backend sim for an experiment whose simulated points "
                                  f"run on a cluster ({points}); got --backend {backend} with {name}",
                                  param_hint="--address")
-    run_params = RunParams(quick=quick, backend=backend, seed=seed, address=address, extra=parse_params(params))
-    with exit_on_failed_requests(), progress_log(name, echo=click.echo) as log:  # Ray points: an instance died
+    extra = parse_params(params)
+    if sweeps_points(exp):
+        extra = with_store_under(extra, results_dir)
+    run_params = RunParams(quick=quick, backend=backend, seed=seed, address=address, extra=extra)
+    with exit_on_failed_requests(), progress_log(name, to_stderr=True) as log:  # Ray points: an instance died
         path, ran = run_and_save(exp, run_params, results_dir, force=force, run_id=run_id, log=log)
-    if ran:
-        click.echo(f"wrote {path}")
+    echo_table(exp, path, ran, as_json)
+
+
+def with_store_under(extra: dict, results_dir: str) -> dict:
+    """The point store follows --results-dir (DIR/.points) unless --param store or $REPRO_POINT_STORE names one."""
+    import os
+    from pathlib import Path
+
+    from repro.serving.store import DEFAULT_DIR, ENV
+
+    if "store" in extra or os.environ.get(ENV):
+        return extra
+    folder = Path(results_dir) / ".points"
+    return extra if folder == Path(DEFAULT_DIR) else {**extra, "store": str(folder)}
+
+
+def echo_table(exp, path, ran: bool, as_json: bool) -> None:
+    """The result's rows (repro/report.py run_rows) on stdout: a table, or JSON."""
+    import json
+
+    from repro.report import format_report, run_rows
+
+    rows = run_rows(exp, json.loads(path.read_text()), path)
+    if as_json:
+        click.echo(json.dumps({"result": str(path), "ran": ran, "rows": rows}, default=str))
+        return
+    click.echo(f"{'wrote' if ran else 'already there (--force runs it again)'}: {path}")
+    click.echo(format_report(rows) if rows else f"{exp.name} has no report rows; its figure: repro plot --experiment "
+                                                 f"{exp.name}")

@@ -207,5 +207,5 @@ def test_run_cli_unknown_experiment_is_one_error():
 ])
 def test_run_bad_param_is_one_line_and_leaves_no_result(tmp_path, capsys, args, message):
     assert _cli(["run", "--quick", "--results-dir", str(tmp_path)] + args) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]  # not the log's
     assert len(err) == 1 and message in err[0] and not any(tmp_path.rglob("*.json"))

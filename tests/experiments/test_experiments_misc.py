@@ -105,5 +105,6 @@ def test_bad_params_are_one_line_errors_and_write_nothing(tmp_path, capsys, argv
     with pytest.raises(SystemExit) as exit_info:
         main(["run", *argv, "--results-dir", str(tmp_path)])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and err.startswith(message) and "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]  # the run's log is on stderr too
+    assert exit_info.value.code == 2 and len(errors) == 1 and errors[0].startswith(message) and "Traceback" not in err
     assert not any(tmp_path.rglob("*.json"))
