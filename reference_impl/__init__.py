@@ -19,7 +19,7 @@ _EXPORTS = {
     "system_config": ("reference_impl.systems.registry", "system_config"),
     "DESIGN_NAMES": ("reference_impl.systems.catalog", "DESIGN_NAMES"),
     "design": ("reference_impl.systems.catalog", "design"),
-    "simulate": ("reference_impl.sim.simulator", "simulate"),
+    "simulate": ("reference_impl.systems.run", "simulate"),
     "ServingRun": ("reference_impl.serving.records", "ServingRun"),
     "Summary": ("reference_impl.serving.records", "Summary"),
     # the engine: its config, generation on each backend, sampling

@@ -92,7 +92,7 @@ def test_bad_model_config(in_tmp, capsys, config, expected):
     (["--experiment", "attention-micro", "--backend", "local", "--param", "iters=abc"], "--param iters='abc'"),
     (["--experiment", "kv-move", "--param", "bacth_size=3"], "valid keys: batch_size, context_len"),
     (["--experiment", "motivation", "--param", "link=intra-node"], "valid keys: none"),
-    (["--experiment", "lamina", "--param", "x=1"], "unknown --param 'x' for experiment lamina on backend sim; valid keys: graph, serving, store, workers"),
+    (["--experiment", "lamina", "--param", "x=1"], "unknown --param 'x' for experiment lamina on backend sim; valid keys: ahead, graph, serving, store, workers"),
     (["--experiment", "context-length", "--param", "link=fast"], "unknown link 'fast' (expected intra-node|inter-node|GB/s > 0)"),
     (["--experiment", "dgfm", "--param", "seeds=0"], "--param seeds='0' is not valid"),
     (["--experiment", "migration", "--param", "align=maybe"], "expected true|false"),

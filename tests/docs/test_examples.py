@@ -25,12 +25,27 @@ def test_the_api_page_has_an_example():
     assert ROOT / "docs" / "api.md" in PYTHON_PAGES
 
 
+SERVER_URL = "http://127.0.0.1:8000"  # what docs/serving.md's examples call: `repro serve --model tiny --port 8000`
+
+
 @pytest.mark.parametrize("page", PYTHON_PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_python_examples_run(page, tmp_path):
     code = "\n".join(blocks(page, "python"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    server = None
+    if SERVER_URL in code:  # a real server on the tiny folder, on a free port
+        from reference_impl.model.tiny_folder import tiny_folder
+        from reference_impl.server.config import ServerConfig
+        from reference_impl.server.run import ServerThread
+
+        server = ServerThread(ServerConfig(model=str(tiny_folder(tmp_path / "cache")), served_model_name="tiny"))
+        code = code.replace(SERVER_URL, server.base_url)
+    try:
+        done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+    finally:
+        if server is not None:
+            server.stop()
     assert done.returncode == 0, f"{page.relative_to(ROOT)}'s example failed:\n{done.stderr[-3000:]}"
 
 
