@@ -14,6 +14,7 @@ from reference_impl.errors import InputError
 from reference_impl.control.gmanager import GManager
 from reference_impl.control.instance import Backend, Instance
 from reference_impl.control.memo import Changes, Memo
+from reference_impl.control.placement import Placement
 from reference_impl.calibration.perf_model import PerfModel
 from reference_impl.control.retrieval import blocks_to_retrieve, main_creditor
 from reference_impl.control.cluster_index import DispatchIndex, IdleIndex, NeedIndex, TargetIndex
@@ -27,7 +28,9 @@ CHUNKED_SIM_ONLY = "chunked prefill runs on the sim backend only; leave --chunke
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, backend: Backend, *, perf_model: PerfModel | None = None):
+    def __init__(self, config: EngineConfig, backend: Backend, *, perf_model: PerfModel | None = None,
+                 placement: Placement = Placement()):
+        """`placement`: a design's own rules for where KV goes (control/placement.py), given to every instance."""
         self.config = config
         self.backend = backend
         self.gmanager = GManager(config, perf_model)
@@ -38,9 +41,9 @@ class Engine:
         self.changes = Changes()  # of every rManager and scheduler here: what the memos below are keyed on
         self.instances = []
         for i in range(config.num_instances):
-            self.instances.append(Instance.build(i, config, self.recommend, peers=peers, changes=self.changes))
-            if config.pooling:
-                self.instances[-1].scheduler.retrieval = partial(self.retrieval_blocks, self.instances[-1])
+            retrieval = partial(self._retrieval_of, i) if config.pooling else None
+            self.instances.append(Instance.build(i, config, self.recommend, peers=peers, changes=self.changes,
+                                                 retrieval=retrieval, placement=placement))
         self.rmanagers = peers
         self.num_steps = 0
         self.num_swaps = 0  # DGFM swaps carried out
@@ -59,6 +62,9 @@ class Engine:
 
     def recommend(self, debtor_inst: int, num_blocks: int) -> list[int]:
         return self.gmanager.recommend_creditors(debtor_inst, num_blocks)
+
+    def _retrieval_of(self, inst_id: int, room: int) -> int:
+        return self.retrieval_blocks(self.instances[inst_id], room)
 
     def retrieval_blocks(self, debtor: Instance, room: int) -> int:
         """How many of `room` free blocks `debtor` spends on bringing offloaded blocks home (retrieval.py)."""

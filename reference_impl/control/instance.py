@@ -3,8 +3,10 @@
 How long a step takes and where tensors live is the backend's business (`Backend`): the local backend runs
 the model on real tensors, the simulator only advances a clock. The control plane here is the same for both.
 """
+from functools import partial
 from typing import Protocol
 
+from reference_impl.control.placement import Placement
 from reference_impl.control.protocol import InstanceStatus
 from reference_impl.control.rblock import RBlock
 from reference_impl.control.rmanager import RManager
@@ -28,13 +30,23 @@ class Instance:
         self.move_chunk_blocks = move_chunk_blocks
 
     @classmethod
-    def build(cls, inst_id: int, config, recommend, *, peers: dict | None = None, changes=None) -> "Instance":
+    def build(cls, inst_id: int, config, recommend, *, peers: dict | None = None, changes=None, retrieval=None,
+              placement: Placement = Placement()) -> "Instance":
         """Instance `inst_id` of an EngineConfig `config` (the local engine's and a Ray actor's): its rManager,
-        scheduler (asking `recommend` for creditors when pooling) and KV-move chunk; `peers`/`changes` as RManager's."""
-        rm = RManager(inst_id, config.blocks_per_instance, config.cpu_blocks_per_instance, config.max_lent_blocks,
-                      peers, exclusive_roles=config.exclusive_roles, changes=changes)
-        scheduler = Scheduler(rm, config.block_size, config.max_batch_size, recommend if config.pooling else None,
-                              chunked_prefill_tokens=config.chunked_prefill_tokens)
+        scheduler (asking `recommend` for creditors and `retrieval` for blocks to bring home, when pooling) and
+        KV-move chunk; `peers`/`changes` as RManager's; `placement`: a design's own rules, which come first."""
+        blocks = placement.blocks(inst_id) if placement.blocks is not None else None
+        rm = RManager(inst_id, config.blocks_per_instance if blocks is None else blocks, config.cpu_blocks_per_instance,
+                      config.max_lent_blocks if blocks is None else blocks, peers,
+                      exclusive_roles=config.exclusive_roles, changes=changes)
+        if placement.recommend is not None:
+            recommend = placement.recommend
+        elif not config.pooling:
+            recommend = None
+        fits = None if placement.fits is None else partial(placement.fits, rm)
+        scheduler = Scheduler(rm, config.block_size, config.max_batch_size, recommend,
+                              chunked_prefill_tokens=config.chunked_prefill_tokens,
+                              retrieval=placement.retrieval or retrieval, placement_fits=fits)
         return cls(rm, scheduler, max(1, config.move_chunk_tokens // config.block_size))
 
     @property

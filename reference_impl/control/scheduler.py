@@ -15,10 +15,11 @@ STALE = -1  # min_waiting_blocks is to be recomputed
 
 class Scheduler:
     def __init__(self, rmanager: RManager, block_size: int, max_batch_size: int, recommend: Recommend | None,
-                 *, chunked_prefill_tokens: int | None = None):
+                 *, chunked_prefill_tokens: int | None = None, retrieval=None, placement_fits=None):
         """`recommend` is the gManager's creditor hint; None turns KV pooling off (the vLLM-M policy).
         `chunked_prefill_tokens`: each step decodes every running request and prefills prompt chunks in the
-        tokens left of this budget (vLLM's chunked prefill); None: a step prefills whole prompts or decodes."""
+        tokens left of this budget (vLLM's chunked prefill); None: a step prefills whole prompts or decodes.
+        `retrieval`, `placement_fits`: below."""
         self.rm = rmanager
         self.changes = rmanager.changes  # queue changes count in `changes.queues` and name this instance
         self.inst_id = rmanager.inst_id
@@ -30,10 +31,10 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.num_retrievable = 0  # local blocks freed by retiring requests, to spend on retrieval
         # room -> blocks to bring home, by the perf model (Engine.retrieval_blocks); None: waiting requests first
-        self.retrieval = None
+        self.retrieval = retrieval
         # (request, rBlocks) -> whether the design's placement can take it now (a design that places KV its own way,
         # through `recommend`, asks first instead of allocating and undoing); None: the rManager's admission alone
-        self.placement_fits = None
+        self.placement_fits = placement_fits
         self._head_blocked = False
         self.num_waiting_blocks = 0  # rBlocks the waiting requests need at admission
         self._min_waiting_blocks: int | None = None  # kept as requests come, STALE when the smallest leaves

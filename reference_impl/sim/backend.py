@@ -19,6 +19,7 @@ from reference_impl.calibration.engine_costs import EngineCosts
 from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.control.engine import Engine
 from reference_impl.control.instance import Instance
+from reference_impl.control.placement import Placement
 from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.control.sequence import Sequence
 from reference_impl.serving.records import RequestRecord
@@ -77,8 +78,9 @@ class SimBackend:
 
     def __init__(self, config: SimConfig, records: dict[int, RequestRecord], *,
                  model: CalibratedPerfModel | None = None, costs: EngineCosts | None = None,
-                 prefill_elsewhere: bool = False):
+                 prefill_elsewhere: bool = False, hooks=None):
         self.config = config
+        self.hooks = hooks  # the design's policy's (sim/policy.py StepHooks), for a design's backend
         self.model = perf_model(config) if model is None else model
         self.costs = engine_costs(config) if costs is None else costs
         self.records = records
@@ -195,15 +197,15 @@ class SimBackend:
         return remote_queries, self.model.num_layers * self.model.kv_read_s_per_token * max(0, slowest - local_tokens)
 
 
-def build_engine(config: SimConfig, backend: SimBackend) -> Engine:
+def build_engine(config: SimConfig, backend: SimBackend, placement: Placement = Placement()) -> Engine:
     """The engine of `config`'s cluster on `backend` (its cost model also feeds the gManager's Algorithm 1):
     `config.engine` with the rBlocks an instance holds, the gManager's node locality of instances of tp x pp GPUs
-    (8 a node), and no rounds by step count (the simulator runs them by time)."""
+    (8 a node), no rounds by step count (the simulator runs them by time), and the design's `placement`."""
     engine_config = replace(config.engine, blocks_per_instance=blocks_per_instance(config, backend.model),
                             gmanager_interval_steps=0,
                             gmanager=replace(config.engine.gmanager,
                                              instances_per_node=max(1, 8 // (config.tp * config.pp))))
-    engine = Engine(engine_config, backend, perf_model=backend.model)
+    engine = Engine(engine_config, backend, perf_model=backend.model, placement=placement)
     if backend.costs.peer_call_s:
         count_peer_calls(engine.instances, backend.pending)
     return engine

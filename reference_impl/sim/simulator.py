@@ -33,7 +33,7 @@ from reference_impl.serving.records import FINISHED, REJECTED, RequestRecord, Se
 from reference_impl.sim.backend import SimBackend, StepOutcome, build_engine
 from reference_impl.sim.config import SimConfig
 from reference_impl.sim.events import MAX_NOOP_STEPS_PER_INSTANT, Arrival, Event, GManagerRound, Handoff, Step
-from reference_impl.sim.policy import Policy
+from reference_impl.sim.policy import Cluster, Policy
 
 
 class Design(Protocol):
@@ -61,8 +61,13 @@ class Simulator:
         self.records = {r.req_id: RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len) for r in requests}
         self.result = ServingRun(list(self.records.values()))
         self.design = design
-        self.backend: SimBackend = self.design.backend(config, self.records, prefill_elsewhere=prefill_elsewhere)
-        self.engine = build_engine(config, self.backend)
+        self.last_s = 0.0
+        self.start_s: float | None = None
+        # the design's policy first: it gives its hooks to the backend's and the engine's constructors
+        self.policy = design.policy(config, Cluster(self))
+        self.backend: SimBackend = design.backend(config, self.records, hooks=self.policy.step_hooks(),
+                                                  prefill_elsewhere=prefill_elsewhere)
+        self.engine = build_engine(config, self.backend, self.policy.placement())
         self.seqs: dict[int, Sequence] = {}
         self.busy = [False] * config.engine.num_instances  # a step event is queued
         self.computing = [False] * config.engine.num_instances  # ... and it runs work (not only a KV transfer)
@@ -74,8 +79,6 @@ class Simulator:
         # rounds on an empty cluster may be counted instead of run (events.GManagerRound) unless a callback
         # watches every round or event, or the run stops at a time limit
         self.skip_idle_rounds = on_round is None and on_event is None and max_sim_s == float("inf")
-        self.start_s: float | None = None
-        self.last_s = 0.0
         self.num_idle_waiting = 0  # instances running no step while a waiting request fits the free rBlocks
         self.idle_waiting_inst_s = 0.0
         self.changes = self.engine.changes
@@ -88,7 +91,6 @@ class Simulator:
         self._queue: list[tuple[float, int, Event]] = []
         self._order = itertools.count()
         self._steady = _SteadyEnd(requests) if steady_only and requests else None
-        self.policy = self.design.policy(self)
         self.schedule([Arrival(r.arrival_s, r) for r in sorted(requests, key=lambda r: (r.arrival_s, r.req_id))])
         if self.policy.runs_gmanager:
             self.schedule([GManagerRound(0.0)])

@@ -58,7 +58,7 @@ def test_every_block_one_home_and_groups_within_room(monkeypatch):
 
     def recorded(self, master, holders, lengths, batch, now):
         group = original(self, master, holders, lengths, batch, now)
-        rms = self.engine.rmanagers
+        rms = self.cluster.engine.rmanagers
         need = sum(-(-n // BLOCK) for n in lengths)
         groups.append((master, set(holders), list(group), need, sum(rms[j].pool.num_capacity for j in group)))
         return group

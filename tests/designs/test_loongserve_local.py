@@ -9,7 +9,7 @@ from reference_impl.control.engine import Engine, EngineConfig
 from reference_impl.control.sequence import Sequence
 from reference_impl.model.llama import load_model
 from reference_impl.systems.loongserve import loongserve_engine
-from reference_impl.systems.loongserve.placement import Placement
+from reference_impl.systems.loongserve.placement import LoongServePlacement
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
 from test_engine_equivalence import NUM_NEW, hf_folder, hf_greedy  # noqa: E402,F401  (the tiny model, its reference)
@@ -21,8 +21,8 @@ PROMPTS = [[(7 * i + 3) % 256 for i in range(60)], [200, 1, 45, 45, 9, 130, 7, 8
 def test_split_kv_decodes_as_transformers(hf_folder):
     model = load_model(hf_folder)
     config = loongserve_engine(EngineConfig(4, BLOCKS, block_size=BLOCK))
-    engine = Engine(config, LocalBackend(model, config))
-    Placement(engine).install()
+    rules = LoongServePlacement(lambda: engine)
+    engine = Engine(config, LocalBackend(model, config), placement=rules.rules())
     seqs = [Sequence(i, list(p), NUM_NEW) for i, p in enumerate(PROMPTS)]
     for seq in seqs:
         engine.add_request(seq)

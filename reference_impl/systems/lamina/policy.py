@@ -5,12 +5,13 @@ from reference_impl.sim.policy import Policy
 
 class LaminaPolicy(Policy):
     def finish(self) -> None:
-        sim, c = self.sim, self.sim.backend.counters
-        end_s = max(sim.last_s, max(sim.result.step_end_s, default=0.0))  # steps are handled as they start
-        span_s = (end_s - (sim.start_s or 0.0)) * sim.config.engine.num_instances
-        tokens = sum(sim.result.step_tokens)
+        cluster, c = self.cluster, self.cluster.backend.counters
+        result = cluster.result
+        end_s = max(cluster.now_s(), max(result.step_end_s, default=0.0))  # steps are handled as they start
+        span_s = (end_s - (cluster.start_s or 0.0)) * self.config.engine.num_instances
+        tokens = sum(result.step_tokens)
         moved = max(1, c.kv_moves)
-        sim.result.design_counters.update({
+        result.design_counters.update({
             "network_bytes_per_token": c.network_bytes / tokens if tokens else 0.0,
             "compute_busy_frac": sum(c.compute_busy_s) / span_s if span_s > 0 else 0.0,
             "memory_pool_busy_frac": sum(c.memory_busy_s) / span_s if span_s > 0 else 0.0,

@@ -24,7 +24,7 @@ from reference_impl.systems.llumnix.knobs import LlumnixKnobs
 
 if TYPE_CHECKING:
     from reference_impl.sim.events import Event
-    from reference_impl.sim.simulator import Simulator
+    from reference_impl.sim.policy import Cluster
 
 SRC, DST, STAGES = "src", "dst", "stages"  # why a migration was aborted
 ABORT_REASONS = (SRC, DST, STAGES)
@@ -56,12 +56,12 @@ class MigrationCounters:
 class Migrator:
     """One run's migrations: pairing rounds start them, their events advance them (events.py)."""
 
-    def __init__(self, sim: Simulator, knobs: LlumnixKnobs):
-        self.sim, self.knobs = sim, knobs
-        self.block_size = sim.config.engine.block_size
+    def __init__(self, cluster: Cluster, knobs: LlumnixKnobs):
+        self.cluster, self.knobs = cluster, knobs
+        self.block_size = cluster.config.engine.block_size
         self.last_stage_blocks = max(1, knobs.last_stage_max_tokens // self.block_size)
         self.active: dict[int, Migration] = {}  # req_id -> its migration
-        self.num_busy = [0] * sim.config.engine.num_instances  # migrations in or out of each instance
+        self.num_busy = [0] * cluster.config.engine.num_instances  # migrations in or out of each instance
         self.pausing: dict[int, list[Migration]] = {}  # source -> migrations waiting for its step boundary
         self.counters = MigrationCounters()
         self._futile_state, self._futile_attempts = None, 0  # (changes) of the last round that changed nothing
@@ -70,7 +70,7 @@ class Migrator:
         """A pairing round: migrate one running request from each source to its destination. A round on the state
         of a round that changed nothing (no pair, or every destination refused the first stage's room) would
         choose the same pairs and requests and be refused again: its attempts are counted, not made."""
-        changes = self.sim.changes
+        changes = self.cluster.engine.changes
         state = (changes.memory, changes.queues)
         if state == self._futile_state:
             self.counters.started += self._futile_attempts
@@ -78,7 +78,7 @@ class Migrator:
             return []
         started, refused = self.counters.started, self.counters.aborted[DST]
         cap = self.knobs.max_migrations_per_instance
-        free = [i for i in self.sim.engine.instances if self.num_busy[i.inst_id] < cap]
+        free = [i for i in self.cluster.engine.instances if self.num_busy[i.inst_id] < cap]
         caused = []
         for src, dst in pair_instances(free, self.knobs, self.block_size):
             seq = choose_request(src, self.knobs.request_policy, self.active)
@@ -103,7 +103,7 @@ class Migrator:
             return self._abort(m, STAGES, now_s)
         left = len(self._src(m).rm.tables[m.seq.req_id]) - m.copied_blocks
         if left <= self.last_stage_blocks:
-            if self.sim.busy[m.src]:  # the pause starts as the source's step in flight ends
+            if self.cluster.is_busy(m.src):  # the pause starts as the source's step in flight ends
                 self.pausing.setdefault(m.src, []).append(m)
                 return []
             return self.pause(m, now_s)
@@ -124,7 +124,7 @@ class Migrator:
         """The source `inst_id` is about to schedule its next step: the pauses waiting for it begin."""
         for m in self.pausing.pop(inst_id, ()):
             if self.active.get(m.seq.req_id) is m:
-                self.sim.schedule(self.pause(m, now_s))
+                self.cluster.schedule(self.pause(m, now_s))
 
     def pause(self, m: Migration, now_s: float) -> list[Event]:
         """The last stage: the request leaves the source's batch while the rest of its KV is copied."""
@@ -140,18 +140,18 @@ class Migrator:
 
     def resume(self, m: Migration, now_s: float) -> list[Event]:
         """The last stage's copy arrived: the request joins the destination's batch, its KV re-homed there."""
-        src, dst = self._src(m), self.sim.engine.instances[m.dst]
+        src, dst = self._src(m), self.cluster.engine.instances[m.dst]
         self._copied(m)
         if refusal(src, dst, m.seq) is not None:
             return self._abort(m, DST, now_s)
         move_request(src, dst, m.seq, lambda pairs: None)  # (the stages' events paid for the copies)
-        self.sim.records[m.seq.req_id].inst_id = m.dst
+        self.cluster.records[m.seq.req_id].inst_id = m.dst
         pause_s = now_s - m.paused_at_s
         self.counters.pause_total_s += pause_s
         self.counters.pause_max_s = max(self.counters.pause_max_s, pause_s)
         self.counters.completed += 1
         self._end(m)
-        return self.sim.wake(m.dst, now_s) + self.sim.wake(m.src, now_s)  # (the source has room again)
+        return self.cluster.wake(m.dst, now_s) + self.cluster.wake(m.src, now_s)  # (the source has room again)
 
     def _abort(self, m: Migration, why: str, now_s: float) -> list[Event]:
         self.counters.aborted[why] += 1
@@ -159,10 +159,10 @@ class Migrator:
         if m.paused_at_s is None:
             return []
         self._src(m).scheduler.adopt(m.seq)  # back into the source's batch
-        return self.sim.wake(m.src, now_s)
+        return self.cluster.wake(m.src, now_s)
 
     def _end(self, m: Migration) -> None:
-        dst_rm = self.sim.engine.instances[m.dst].rm
+        dst_rm = self.cluster.engine.instances[m.dst].rm
         if m.seq.req_id not in dst_rm.tables:
             dst_rm.cancel_reservation(m.seq.req_id)
         del self.active[m.seq.req_id]
@@ -177,7 +177,7 @@ class Migrator:
 
     def _reserve(self, m: Migration, num_blocks: int) -> bool:
         """Room on the destination for `num_blocks` more, the room of the stages before still held."""
-        dst_rm = self.sim.engine.instances[m.dst].rm
+        dst_rm = self.cluster.engine.instances[m.dst].rm
         if dst_rm.num_reserved_for(m.seq.req_id) < m.copied_blocks:
             return False  # the destination took room back for its own requests
         return dst_rm.try_move_kvcache(m.seq.req_id, num_blocks)
@@ -187,7 +187,7 @@ class Migrator:
         self.counters.copied_tokens += m.stage_blocks * self.block_size
 
     def _copy_s(self, num_blocks: int) -> float:
-        return self.sim.backend.model.kv_transfer_s(num_blocks * self.block_size)
+        return self.cluster.backend.model.kv_transfer_s(num_blocks * self.block_size)
 
     def _src(self, m: Migration):
-        return self.sim.engine.instances[m.src]
+        return self.cluster.engine.instances[m.src]

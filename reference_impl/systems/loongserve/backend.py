@@ -23,7 +23,7 @@ _FITS: dict = {}  # (cost model, max degree, max tokens) -> PrefillModel: one fi
 
 
 class LoongServeBackend(SimBackend):
-    """`attach` gives it the engine and the simulator's clock before the run starts (LoongServePolicy)."""
+    """It reads the run's clock and the other instances' batches through the policy's StepHooks.cluster."""
 
     def __init__(self, config, records, **kwargs):
         super().__init__(config, records, **kwargs)
@@ -39,11 +39,8 @@ class LoongServeBackend(SimBackend):
         self.prefill_until = [0.0] * n  # when the last prefill group each instance was in ends
         self.counters = LoongServeCounters()
         self._num_holders: dict[int, int] = {}  # req_id -> instances holding its KV at its last step
-        self.engine = None
-        self.clock = lambda: 0.0
-
-    def attach(self, engine, clock) -> None:
-        self.engine, self.clock = engine, clock
+        self.cluster = None if self.hooks is None else self.hooks.cluster
+        self.clock = (lambda: 0.0) if self.cluster is None else self.cluster.now_s
 
     def execute(self, instance: Instance, seqs: list[Sequence], is_prefill: bool,
                 co_running: float = 0.0) -> StepOutcome:
@@ -85,7 +82,7 @@ class LoongServeBackend(SimBackend):
     def _group(self, master: int, holders: set[int], lengths: list[int], batch: set[int], now: float) -> list[int]:
         """The master first, then the instances that hold the batch's KV, then those LoongServe's model adds."""
         def candidate(j: int) -> Candidate:
-            outputs = [len(s.output_ids) for s in self.engine.instances[j].scheduler.running if s.req_id not in batch]
+            outputs = [len(s.output_ids) for s in self.cluster.engine.instances[j].scheduler.running if s.req_id not in batch]
             weight = len(outputs) ** 2 / max(1, sum(outputs)) if outputs else 0.0
             return Candidate(j, max(0.0, self.busy_until[j] - now), weight)
         members = [candidate(master)] + [candidate(j) for j in sorted(holders - {master})]

@@ -1,5 +1,5 @@
-"""LoongServe's KV placement on an engine's instances, through the Scheduler's public knobs (the simulator's policy
-and the local engine use it alike).
+"""LoongServe's KV placement on an engine's instances: the rules (control/placement.py's Placement) its Engine is
+built with (the simulator's policy and the local engine use them alike).
 
 - At admission a prompt's rBlocks fill its master, then the idle instances (no running request, in no prefill
   group), the freest first (the creditor hint, `recommend`); only a prompt larger than its master spills further
@@ -13,8 +13,9 @@ and the local engine use it alike).
   instance, else on the one with the most room (RManager.append_block with the same hint); old KV never moves.
 - No rebalancing: a debtor brings no borrowed block home when room frees (the Scheduler's `retrieval`).
 """
-from functools import partial
+from collections.abc import Callable
 
+from reference_impl.control.placement import Placement
 from reference_impl.control.sequence import Sequence
 
 
@@ -22,17 +23,20 @@ def _no_retrieval(room: int) -> int:
     return 0
 
 
-class Placement:
-    """On `engine`'s instances; `in_prefill(inst_id)`: whether that instance is in a prefill group now."""
+class LoongServePlacement:
+    """On the instances of the engine `engine_of()` gives once it is built (the rules are given to its constructor);
+    `in_prefill(inst_id)`: whether that instance is in a prefill group now."""
 
-    def __init__(self, engine, in_prefill=lambda inst_id: False):
-        self.engine, self.in_prefill = engine, in_prefill
+    def __init__(self, engine_of: Callable, in_prefill=lambda inst_id: False):
+        self.engine_of, self.in_prefill = engine_of, in_prefill
 
-    def install(self) -> None:
-        for inst in self.engine.instances:
-            inst.scheduler.recommend = self.idle_others
-            inst.scheduler.retrieval = _no_retrieval
-            inst.scheduler.placement_fits = partial(self.fits, inst.rm)
+    @property
+    def engine(self):
+        return self.engine_of()
+
+    def rules(self) -> Placement:
+        """What the Engine's constructor takes: the creditor hint, no retrieval, the admission check."""
+        return Placement(recommend=self.idle_others, retrieval=_no_retrieval, fits=self.fits)
 
     def idle_others(self, debtor: int, num_blocks: int = 0) -> list[int]:
         """Where `debtor`'s request places the rBlocks its own room cannot take: the idle instances, freest first."""

@@ -9,25 +9,31 @@
 """
 from reference_impl.control.sequence import Sequence
 from reference_impl.errors import InputError
-from reference_impl.sim.policy import Policy
-from reference_impl.systems.loongserve.placement import Placement
+from reference_impl.control.placement import Placement
+from reference_impl.sim.policy import Policy, StepHooks
+from reference_impl.systems.loongserve.placement import LoongServePlacement
 
 
 class LoongServePolicy(Policy):
-    def __init__(self, sim):
-        super().__init__(sim)
-        sim.backend.attach(sim.engine, lambda: sim.last_s)
-        Placement(sim.engine, self.in_prefill).install()
+    def __init__(self, config, cluster):
+        super().__init__(config, cluster)
+        self.rules = LoongServePlacement(lambda: cluster.engine, self.in_prefill)
+
+    def step_hooks(self) -> StepHooks:
+        return StepHooks(cluster=self.cluster)  # the backend reads the clock and the other instances' batches
+
+    def placement(self) -> Placement:
+        return self.rules.rules()
 
     @property
     def runs_gmanager(self) -> bool:
         return False
 
     def in_prefill(self, inst_id: int) -> bool:
-        return self.sim.backend.prefill_until[inst_id] > self.sim.last_s
+        return self.cluster.backend.prefill_until[inst_id] > self.cluster.now_s()
 
     def dispatch(self, seq: Sequence) -> int | None:
-        engine = self.sim.engine
+        engine = self.cluster.engine
         try:
             engine.config.check_fits(seq)
         except InputError:
@@ -39,7 +45,7 @@ class LoongServePolicy(Policy):
         return master.inst_id
 
     def finish(self) -> None:
-        backend = self.sim.backend
+        backend = self.cluster.backend
         model = backend.prefill_model
-        self.sim.result.design_counters.update(backend.counters.as_dict(backend.meter, model.fit_err_mean,
+        self.cluster.result.design_counters.update(backend.counters.as_dict(backend.meter, model.fit_err_mean,
                                                                         model.fit_err_max))

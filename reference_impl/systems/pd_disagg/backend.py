@@ -22,8 +22,11 @@ class PDBackend(SimBackend):
         self.decode_model = self.model
         self.prefill_model = instance_model(config, split.prefill)
         self.busy_s = [0.0] * config.engine.num_instances  # time in steps that ran a batch, per instance
-        # the policy's: (instance, seqs, duration_s), (seq), () when a decode step freed room
-        self.on_prefilled = self.on_preempted = self.on_room = None
+        # the policy's (StepHooks): (instance, seqs, duration_s), (seq), () when a decode step freed room
+        hooks = self.hooks
+        self.on_prefilled = None if hooks is None else hooks.on_prefilled
+        self.on_preempted = None if hooks is None else hooks.on_preempted
+        self.on_room = None if hooks is None else hooks.on_room
 
     def step(self, instance: Instance, co_running: float = 0.0) -> StepOutcome:
         s = instance.scheduler

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from functools import cached_property
 
-from reference_impl.control.rblock import BlockPool
+from reference_impl.control.placement import Placement
 from reference_impl.control.request_move import move_request, refusal
 from reference_impl.control.sequence import Sequence, num_blocks_for
-from reference_impl.sim.policy import Policy
+from reference_impl.sim.config import blocks_per_instance
+from reference_impl.sim.policy import Policy, StepHooks
 from reference_impl.systems.pd_disagg.configure import split_of
 from reference_impl.systems.pd_disagg.events import KVLanded, Prefilled
+from reference_impl.systems.pd_disagg.split import instance_model
 
 
 @dataclass(slots=True)
@@ -28,27 +31,35 @@ class Transfer:
 
 
 class PDPolicy(Policy):
-    def __init__(self, sim):
-        super().__init__(sim)
-        backend, engine = sim.backend, sim.engine
-        self.bs = engine.config.block_size
-        self.split = split_of(sim.config)
-        self.prefill = engine.instances[:backend.num_prefill]
-        self.decode = engine.instances[backend.num_prefill:]
-        self.decode_blocks = engine.config.blocks_per_instance
-        self.prefill_blocks = (sim.config.num_blocks if sim.config.num_blocks is not None
-                               else backend.prefill_model.memory.kv_capacity_tokens // self.bs)
-        for inst in self.prefill:  # (built with the decode shape's room: nothing is allocated yet)
-            inst.rm.pool = BlockPool(self.prefill_blocks)
-            inst.rm.max_lent_blocks = self.prefill_blocks
-        backend.on_prefilled, backend.on_preempted = self._on_prefilled, self._on_preempted
-        backend.on_room = self._on_room
+    def __init__(self, config, cluster):
+        super().__init__(config, cluster)
+        self.bs = config.engine.block_size
+        self.split = split_of(config)
+        self.num_prefill = self.split.num_prefill
+        self.decode_blocks = blocks_per_instance(config)
+        self.prefill_blocks = (config.num_blocks if config.num_blocks is not None
+                               else instance_model(config, self.split.prefill).memory.kv_capacity_tokens // self.bs)
         self.queued: deque[tuple[Sequence, int, float]] = deque()  # prefilled, waiting for decode room (since)
         self.moving: dict[int, Transfer] = {}
-        self.incoming = [0] * len(engine.instances)  # transfers on their way to each decode instance
+        self.incoming = [0] * config.engine.num_instances  # transfers on their way to each decode instance
         self.kv_bytes = self.transfer_s = self.max_transfer_s = 0.0
         self.num_transfers = self.num_failed_landings = self.num_recomputed = 0
         self.wait_s = self.max_wait_s = 0.0  # from prefill's end to the transfer's start
+
+    def step_hooks(self) -> StepHooks:
+        return StepHooks(on_prefilled=self._on_prefilled, on_preempted=self._on_preempted, on_room=self._on_room)
+
+    def placement(self) -> Placement:
+        """Prefill instances hold what their own shape's memory holds (the engine builds the decode shape's)."""
+        return Placement(blocks=lambda inst_id: self.prefill_blocks if inst_id < self.num_prefill else None)
+
+    @cached_property
+    def prefill(self) -> list:
+        return self.cluster.engine.instances[:self.num_prefill]
+
+    @cached_property
+    def decode(self) -> list:
+        return self.cluster.engine.instances[self.num_prefill:]
 
     def dispatch(self, seq: Sequence) -> int | None:
         """The least loaded prefill instance (fewest rBlocks queued and held; ties: the lowest id); None when the
@@ -65,17 +76,18 @@ class PDPolicy(Policy):
 
     # --- called by PDBackend as a step starts
     def _on_prefilled(self, inst, seqs: list[Sequence], duration_s: float) -> None:
-        self.sim.schedule([Prefilled(self.sim.last_s + duration_s, inst.inst_id, seqs)])
+        self.cluster.schedule([Prefilled(self.cluster.now_s() + duration_s, inst.inst_id, seqs)])
 
     def _on_preempted(self, seq: Sequence) -> None:
         """A decode instance preempted `seq` (its KV freed): recomputed first on the prefill pool."""
         self.num_recomputed += 1
         inst_id = self._to_prefill(seq, first=True)
-        self.sim.records[seq.req_id].inst_id = inst_id
-        self.sim.schedule(self.sim.wake(inst_id, self.sim.last_s) + self.start_transfers(self.sim.last_s))
+        self.cluster.records[seq.req_id].inst_id = inst_id
+        now_s = self.cluster.now_s()
+        self.cluster.schedule(self.cluster.wake(inst_id, now_s) + self.start_transfers(now_s))
 
     def _on_room(self) -> None:
-        self.sim.schedule(self.start_transfers(self.sim.last_s))
+        self.cluster.schedule(self.start_transfers(self.cluster.now_s()))
 
     # --- the design's events
     def prefilled(self, src: int, seqs: list[Sequence], now_s: float) -> list:
@@ -87,7 +99,7 @@ class PDPolicy(Policy):
         events = []
         while self.queued:
             seq, src, since_s = self.queued[0]
-            num_blocks = len(self.sim.engine.instances[src].rm.tables[seq.req_id])
+            num_blocks = len(self.cluster.engine.instances[src].rm.tables[seq.req_id])
             dst = self._decode_for(num_blocks)
             if dst is None or not dst.rm.try_move_kvcache(seq.req_id, num_blocks):
                 break
@@ -95,18 +107,18 @@ class PDPolicy(Policy):
             self.moving[seq.req_id] = Transfer(seq, src, dst.inst_id, num_blocks)
             self.incoming[dst.inst_id] += 1
             tokens = seq.num_tokens - 1  # the prompt's KV (recomputed: and the tokens before); not the new token's
-            t = self.sim.backend.transfer_s(tokens)
+            t = self.cluster.backend.transfer_s(tokens)
             self.num_transfers += 1
             self.wait_s += now_s - since_s
             self.max_wait_s = max(self.max_wait_s, now_s - since_s)
-            self.kv_bytes += self.sim.backend.kv_bytes(tokens)
+            self.kv_bytes += self.cluster.backend.kv_bytes(tokens)
             self.transfer_s += t
             self.max_transfer_s = max(self.max_transfer_s, t)
             events.append(KVLanded(now_s + t, seq.req_id))
         return events
 
     def _decode_for(self, num_blocks: int):
-        cap = self.sim.engine.config.max_batch_size
+        cap = self.cluster.engine.config.max_batch_size
         room = [i for i in self.decode if i.rm.num_free >= num_blocks
                 and len(i.scheduler.running) + self.incoming[i.inst_id] < cap]
         return max(room, key=lambda i: (i.rm.num_free, -i.inst_id), default=None)
@@ -114,25 +126,25 @@ class PDPolicy(Policy):
     def landed(self, req_id: int, now_s: float) -> list:
         t = self.moving.pop(req_id)
         self.incoming[t.dst] -= 1
-        src, dst = self.sim.engine.instances[t.src], self.sim.engine.instances[t.dst]
+        src, dst = self.cluster.engine.instances[t.src], self.cluster.engine.instances[t.dst]
         if refusal(src, dst, t.seq) is not None:  # dst took the room back for its own growth
             dst.rm.cancel_reservation(req_id)
             self.num_failed_landings += 1
             self.queued.appendleft((t.seq, t.src, now_s))
             return self.start_transfers(now_s)
         move_request(src, dst, t.seq, _copied_by_the_transfer)
-        self.sim.records[req_id].inst_id = t.dst
-        return self.sim.wake(t.dst, now_s) + self.sim.wake(t.src, now_s)
+        self.cluster.records[req_id].inst_id = t.dst
+        return self.cluster.wake(t.dst, now_s) + self.cluster.wake(t.src, now_s)
 
     def finish(self) -> None:
-        sim, backend = self.sim, self.sim.backend
-        span_s = sim.last_s - (sim.start_s or 0.0)
-        num_tokens = sum(sim.result.step_tokens)
+        cluster, backend = self.cluster, self.cluster.backend
+        span_s = cluster.now_s() - (cluster.start_s or 0.0)
+        num_tokens = sum(cluster.result.step_tokens)
 
         def utilisation(pool) -> float:
             return sum(backend.busy_s[i.inst_id] for i in pool) / (len(pool) * span_s) if span_s > 0 else 0.0
         s = self.split
-        sim.result.design_counters.update({
+        cluster.result.design_counters.update({
             "kv_transfer_bytes": self.kv_bytes, "kv_transfer_total_s": self.transfer_s,
             "kv_transfer_max_s": self.max_transfer_s, "kv_transfers": self.num_transfers,
             "kv_failed_landings": self.num_failed_landings, "decode_wait_total_s": self.wait_s,

@@ -1,0 +1,16 @@
+"""A design's say in where an engine's KV goes, given to the Engine as it builds its instances (nothing is changed on
+an instance afterwards). Every field None: the engine's own rules (the gManager's creditor hint, the perf model's
+retrieval, the rManager's admission, `blocks_per_instance` rBlocks an instance)."""
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from reference_impl.control.rmanager import Recommend, RManager
+from reference_impl.control.sequence import Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    recommend: Recommend | None = None  # where a request's rBlocks go that its instance cannot take (pooling on)
+    retrieval: Callable[[int], int] | None = None  # room -> borrowed rBlocks to bring home (pooling on)
+    fits: Callable[[RManager, Sequence, int], bool] | None = None  # (instance's rManager, request, rBlocks) admission
+    blocks: Callable[[int], int | None] | None = None  # instance id -> its rBlocks (and lending cap); None: the config's
