@@ -60,7 +60,7 @@ def assert_idle(engine):
 def spread(engine) -> bool:
     """Some request holds rBlocks on an instance other than its home (from the instances' published entries)."""
     engine.poll()
-    return any(not e.local and e.num_blocks for s in engine.snapshots.values() for e in s.get("entries", ()))
+    return any(not e.local and e.num_blocks for s in engine.snapshots.values() for e in s.entries)
 
 
 def test_three_instances_match_the_local_backend(local_run):
@@ -117,7 +117,7 @@ def test_dead_creditor_recomputes_its_debtors_and_fails_what_no_longer_fits(loca
             if killed:
                 return
             for snap in engine.snapshots.values():
-                for e in snap.get("entries", ()):
+                for e in snap.entries:
                     home = engine.home_of[e.req_id]
                     if not e.local and e.num_blocks and e.req_id != 2 and e.inst_id != home:
                         ray.kill(engine.actors[e.inst_id], no_restart=True)
@@ -271,7 +271,7 @@ def test_an_instance_held_does_not_stop_one_that_shares_nothing_with_it():
         for seq in seqs:
             engine.add_request(seq, 1)
         wait_for(engine, lambda e: all(len(s.output_ids) == NUM_NEW for s in seqs))
-        assert engine.snapshots[0].get("state") in ("held", "starting")
+        assert engine.snapshots[0].state in ("held", "starting")
         want = local_generate(MODEL, PROMPTS[:2], NUM_NEW, EngineConfig(1, 32, block_size=4), ignore_eos=True)
         assert [s.output_ids for s in seqs] == want.token_ids
         ray.get(engine.actors[0].unhold.remote("test"))

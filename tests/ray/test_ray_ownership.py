@@ -12,6 +12,7 @@ pytest.importorskip("ray")
 import torch  # noqa: E402
 
 from reference_impl.backends.local import LocalBackend  # noqa: E402
+from reference_impl.backends.ray.snapshot import Snapshot
 from reference_impl.backends.ray.actor import InstanceActor, PeerRequests  # noqa: E402
 from reference_impl.backends.ray.dataplane import GroupSpec  # noqa: E402
 from reference_impl.backends.ray.loop import InstanceLoop  # noqa: E402
@@ -63,7 +64,7 @@ def test_actor_calls_post_messages_that_the_loop_thread_applies():
     thread.join(timeout=30)
     assert not thread.is_alive()
     assert loop.stopping and loop.stats.num_served == 1
-    assert loop.reform.dead == [1] and loop.snapshot["state"] == "reforming"
+    assert loop.reform.dead == [1] and loop.snapshot.state == "reforming"
     # arrivals, aborts and the gManager's instructions wait for the next control phase, in the order sent
     assert [type(m) for m in loop.inbox] == [AddRequest, Abort, MoveKVCache]
 
@@ -74,7 +75,7 @@ def test_a_write_from_another_thread_than_the_loops_raises():
     thread.start()
     thread.join()
     writes = {"stop flag": lambda: setattr(loop, "stopping", True),
-              "snapshot": lambda: setattr(loop, "snapshot", {"state": "reforming"}),
+              "snapshot": lambda: setattr(loop, "snapshot", Snapshot(state="reforming")),
               "statistics": lambda: setattr(loop.stats, "num_served", loop.stats.num_served + 1),
               "holds": lambda: setattr(loop.holds, "events", []),
               "gManager link": lambda: setattr(loop.link, "full", True),
@@ -82,7 +83,7 @@ def test_a_write_from_another_thread_than_the_loops_raises():
     for what, write in writes.items():
         with pytest.raises(ForeignWrite):
             write()
-    assert not loop.stopping and loop.stats.num_served == 0 and loop.snapshot == {"state": "starting"}
+    assert not loop.stopping and loop.stats.num_served == 0 and loop.snapshot == Snapshot()
     published = loop.stats.copy()  # what the loop publishes is anyone's to read and change
     published.num_served += 1
     assert published.num_served == 1 and loop.stats.num_served == 0

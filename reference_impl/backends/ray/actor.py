@@ -2,9 +2,9 @@
 partners' steps it serves (serve.py) in Ray's threads.
 
 Its API is messages, not attribute access: dispatch (`add_request`) and results (`take_results`) for the driver;
-`move_kvcache` and `swap` from the gManager; for peers, `rm_call` / `rm_post` (their requests on this rManager,
-in the order each peer sent them), `serve` (a home's step) and `hold` / `unhold` (a DGFM swap). Each posts a
-message into the loop's mailbox (messages.py) or asks the loop through it; the loop thread alone changes its
+`move_kvcache` and `swap` from the gManager; for peers, `rm_call` / `rm_post` (their requests on this rManager as
+typed messages, peer_messages.py, in the order each peer sent them), `serve` (a home's step) and `hold` / `unhold`
+(a DGFM swap). Each posts a message into the loop's mailbox (messages.py) or asks the loop through it; the loop thread alone changes its
 state, and these calls read only what it published (its snapshot, its outbox). Tensors never travel through
 these calls: the data plane is torch.distributed (dataplane.py).
 """
@@ -22,7 +22,9 @@ from reference_impl.backends.local import LocalBackend
 from reference_impl.backends.ray.dataplane import DataPlane, GroupSpec, free_address
 from reference_impl.backends.ray.loop import InstanceLoop
 from reference_impl.backends.ray.messages import Abort, AddRequest, Hold, Reform, Served, Stop, Unhold
+from reference_impl.backends.ray.peer_messages import PeerMessage
 from reference_impl.backends.ray.serve import InTurn, PartnerWork, serve
+from reference_impl.backends.ray.snapshot import BROKEN, Snapshot
 from reference_impl.control.engine import EngineConfig
 from reference_impl.control.protocol import MoveKVCache, Swap
 from reference_impl.control.rblock import RBlock
@@ -151,10 +153,10 @@ class InstanceActor:
         """`take_results` once this instance has results or its loop broke, or after `hold_s` without: the
         driver's one call outstanding per instance, answered as a step reports (no polling of the actor)."""
         loop = self.loop
-        tokens, finished = loop.outbox.take(hold_s, lambda: loop.snapshot.get("state") == "broken")
+        tokens, finished = loop.outbox.take(hold_s, lambda: loop.snapshot.state == BROKEN)
         return tokens, finished, loop.snapshot  # published no earlier than the reports taken
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> Snapshot:
         return self.loop.snapshot
 
     def hold(self, holder) -> None:
@@ -182,13 +184,13 @@ class InstanceActor:
         self.loop.post(msg)
 
     # --- peers
-    def rm_call(self, sender: int, seq: int, method: str, *args):
+    def rm_call(self, sender: int, seq: int, message: PeerMessage):
         future = Future()
-        self.loop.mailbox.deliver(sender, seq, getattr(self.requests, method), args, future)
+        self.loop.mailbox.deliver(sender, seq, message.apply, (self.requests,), future)
         return future.result()
 
-    def rm_post(self, sender: int, seq: int, method: str, *args) -> None:
-        self.loop.mailbox.deliver(sender, seq, getattr(self.requests, method), args, None)
+    def rm_post(self, sender: int, seq: int, message: PeerMessage) -> None:
+        self.loop.mailbox.deliver(sender, seq, message.apply, (self.requests,), None)
 
     def serve(self, work: PartnerWork) -> None:
         """Serve home `work.home`'s step here (in this Ray thread, beside the loop), after its earlier ones."""

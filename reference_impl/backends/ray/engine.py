@@ -22,6 +22,7 @@ from reference_impl.backends.ray.actor import InstanceActor
 from reference_impl.backends.ray.cluster import RayConfig
 from reference_impl.backends.ray.dataplane import GroupSpec
 from reference_impl.backends.ray.gmanager import GManagerActor
+from reference_impl.backends.ray.snapshot import BROKEN, Snapshot
 from reference_impl.backends.ray.stats import LoopStats
 from reference_impl.control.engine import CHUNKED_SIM_ONLY, EngineConfig
 from reference_impl.errors import InputError
@@ -51,7 +52,7 @@ class RayEngine:
         self.done: set[int] = set()
         self.num_instance_failures = 0
         self.sent: dict[int, list[int]] = {}  # inst_id -> blocks of each request dispatched to it, in order
-        self.snapshots: dict[int, dict] = {}
+        self.snapshots: dict[int, Snapshot] = {}
         # add/abort calls not yet known to be in their actor's inbox: the actors are threaded, so a later call
         # (sync_now, pause) may run before them; `delivered()` waits for these
         self.undelivered: list[ray.ObjectRef] = []
@@ -102,9 +103,8 @@ class RayEngine:
         return inst_id
 
     def _free_blocks(self, inst_id: int) -> float:
-        snap = self.snapshots.get(inst_id, {})
-        status = snap.get("status")
-        seen = snap.get("num_added", 0)
+        snap = self.snapshots.get(inst_id, Snapshot())
+        status, seen = snap.status, snap.num_added
         unseen = sum(self.sent[inst_id][seen:])
         if status is None:
             return self.config.blocks_per_instance_total - unseen
@@ -174,7 +174,7 @@ class RayEngine:
                 continue
             self.snapshots[inst_id] = snapshot
             # (a loop that broke in a group already re-formed takes the new one at its next iteration boundary)
-            broken |= snapshot.get("state") == "broken" and snapshot.get("group") == self.group
+            broken |= snapshot.state == BROKEN and snapshot.group == self.group
             for req_id, (first, new) in tokens.items():
                 seq = self.mirror[req_id]
                 seq.output_ids[first:] = new
@@ -197,8 +197,8 @@ class RayEngine:
             finished += self.collect(RESULT_HOLD_S)
             if on_poll is not None:
                 on_poll(self)
-            idle = all(s.get("num_running", 0) == 0 and s.get("num_moves", 0) == 0 for s in self.snapshots.values())
-            waiting = any(s.get("num_waiting", 0) for s in self.snapshots.values())
+            idle = all(s.num_running == 0 and s.num_moves == 0 for s in self.snapshots.values())
+            waiting = any(s.num_waiting for s in self.snapshots.values())
             stalled_since = (stalled_since or time.monotonic()) if idle and waiting else None
             if stalled_since and time.monotonic() - stalled_since > STALL_S:
                 raise InputError("no request can be admitted with this memory budget; raise --blocks-per-instance")
@@ -218,7 +218,7 @@ class RayEngine:
         dead = [i for i in self.actors if not self._alive(i)]
         while not dead:  # a peer's broken connection can show before its actor's death does
             if time.monotonic() > deadline:
-                errors = {i: s.get("error") for i, s in self.snapshots.items() if s.get("state") == "broken"}
+                errors = {i: s.error for i, s in self.snapshots.items() if s.state == BROKEN}
                 raise RuntimeError(f"an instance loop failed with every instance alive: {errors}")
             time.sleep(0.05)
             dead = [i for i in self.actors if not self._alive(i)]
@@ -258,13 +258,13 @@ class RayEngine:
     # --- observation and test hooks
     def stats(self) -> dict[int, LoopStats]:
         """Each instance's loop statistics as of its latest snapshot (they lag its loop by up to a control phase)."""
-        return {i: s["stats"] for i, s in self.snapshots.items() if "stats" in s}
+        return {i: s.stats for i, s in self.snapshots.items() if s.stats is not None}
 
     def usage(self) -> dict[int, dict]:
         """Per live instance: used rBlocks, reservations, pending moves, tables (all empty when idle)."""
         snaps = ray.get([a.snapshot.remote() for a in self.actors.values()])
         keys = ("num_used", "reserved", "num_moves", "num_tables")
-        return {i: {k: s[k] for k in keys} for i, s in zip(self.actors, snaps)}
+        return {i: {k: getattr(s, k) for k in keys} for i, s in zip(self.actors, snaps)}
 
     @property
     def num_steps(self) -> int:

@@ -3,9 +3,11 @@ swap run by another instance): it answers its mail and runs no control phase unt
 frees and refills full instances at once, so the instance carrying one out holds every other instance it touches
 (nobody may step on the blocks before the data lands), swaps, moves the data in one exchange and lets them go."""
 import threading
+from dataclasses import replace
 
 from reference_impl.backends.ray.mailbox import IDLE_WAIT_S
 from reference_impl.backends.ray.owned import Owned
+from reference_impl.backends.ray.snapshot import HELD, RUNNING
 from reference_impl.control.dgfm import execute_swap
 
 
@@ -36,7 +38,7 @@ def hold_here(loop) -> None:
     holds = loop.holds
     loop.exchange.wait_served()  # what the partners do for this home is done before the holder looks
     holds.acknowledge()
-    loop.snapshot = {**loop.snapshot, "state": "held"}
+    loop.snapshot = replace(loop.snapshot, state=HELD)
 
     def may_go_on() -> bool:
         holds.acknowledge()  # a second holder while held: it holds already
@@ -45,7 +47,7 @@ def hold_here(loop) -> None:
     # only mail lets it go on (a release, a stop): a held loop that polled every POLL_S took 4% of a core, stolen
     # from the engine serving beside it
     loop.mailbox.wait(may_go_on, poll_s=IDLE_WAIT_S)
-    loop.snapshot = {**loop.snapshot, "state": "running"}
+    loop.snapshot = replace(loop.snapshot, state=RUNNING)
 
 
 def carry_out_swap(loop, swap) -> None:

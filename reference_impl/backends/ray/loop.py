@@ -18,6 +18,7 @@ control plane, only the plan it was given. A wait on the data plane blocks (gloo
 import os
 import time
 import traceback
+from dataclasses import replace
 
 import ray
 
@@ -30,6 +31,7 @@ from reference_impl.backends.ray.messages import (Abort, AddRequest, Hold, Outbo
 from reference_impl.backends.ray.owned import Owned
 from reference_impl.backends.ray.peers import RemoteRManager
 from reference_impl.backends.ray.rejoin import rejoin
+from reference_impl.backends.ray.snapshot import BROKEN, HELD, REFORMING, RUNNING, STOPPED, Snapshot
 from reference_impl.backends.ray.stats import LoopStats
 from reference_impl.control.instance import Instance
 from reference_impl.control.protocol import MoveKVCache, Swap
@@ -59,7 +61,7 @@ class InstanceLoop(Owned):
         self.inbox: list = []  # arrivals, aborts and the gManager's instructions, for the next control phase
         self.reform: Reform | None = None  # the driver's new group, joined at the next iteration boundary
         self.last = None  # (seqs, token ids) of the step whose postprocess is due
-        self.snapshot = {"state": "starting"}
+        self.snapshot = Snapshot()
         self.stopping = False
         self.num_added = 0  # requests dispatched here so far (the driver's dispatch counts what is not in yet)
 
@@ -89,7 +91,7 @@ class InstanceLoop(Owned):
                 self.holds.release(holder)
             case Reform():
                 self.reform = msg
-                self.snapshot = {**self.snapshot, "state": "reforming"}
+                self.snapshot = replace(self.snapshot, state=REFORMING)
             case Stop():
                 self.stopping = True
             case _:
@@ -154,7 +156,7 @@ class InstanceLoop(Owned):
             except Exception as err:  # noqa: BLE001 (a peer died, or a bug): the driver re-forms the group or stops
                 if not self.stopping:
                     self.fail(err)
-        self.snapshot = {**self.snapshot, "state": "stopped"}
+        self.snapshot = replace(self.snapshot, state=STOPPED)
 
     def iterate(self) -> None:
         self.mailbox.serve()
@@ -183,8 +185,8 @@ class InstanceLoop(Owned):
         text = f"{type(err).__name__}: {str(err).splitlines()[0][:600] if str(err) else ''} " \
                f"({os.path.basename(where.filename)}:{where.lineno})"
         # a failure met on the way to a re-formation already asked for is not a new one
-        state = "broken" if self.reform is None else "reforming"
-        self.snapshot = {**self.snapshot, "state": state, "error": text, "group": self.group}
+        state = BROKEN if self.reform is None else REFORMING
+        self.snapshot = replace(self.snapshot, state=state, error=text, group=self.group)
         self.outbox.wake()
         self.mailbox.wait(lambda: self.holds.acknowledge() or self.reform is not None or self.stopping)
 
@@ -211,14 +213,14 @@ class InstanceLoop(Owned):
 
     # --- what others read
     def report(self, seqs, counts, finished) -> None:
-        self.snapshot = {**self.snapshot, "stats": self.stats.copy()}  # at least as fresh as the tokens
+        self.snapshot = replace(self.snapshot, stats=self.stats.copy())  # at least as fresh as the tokens
         self.outbox.put(Report({s.req_id: (n, s.output_ids[n:]) for s, n in zip(seqs, counts)},
                                [(s.req_id, s.placement, s.num_preemptions) for s in finished]))
 
     def publish(self) -> None:
         rm, s = self.rm, self.scheduler
-        self.snapshot = {"state": "held" if self.holds.holders else "running", "group": self.group,
-                         "status": self.instance.status(), "num_used": rm.pool.num_used, "reserved": dict(rm.reserved),
-                         "num_moves": len(rm.moves), "num_tables": len(rm.tables),
-                         "num_running": len(s.running), "num_waiting": len(s.waiting), "num_added": self.num_added,
-                         "entries": rm.entries(), "stats": self.stats.copy()}
+        self.snapshot = Snapshot(state=HELD if self.holds.holders else RUNNING, group=self.group,
+                                 status=self.instance.status(), num_used=rm.pool.num_used, reserved=dict(rm.reserved),
+                                 num_moves=len(rm.moves), num_tables=len(rm.tables), num_running=len(s.running),
+                                 num_waiting=len(s.waiting), num_added=self.num_added, entries=tuple(rm.entries()),
+                                 stats=self.stats.copy())

@@ -16,6 +16,9 @@ import time
 import ray
 from ray.exceptions import RayActorError
 
+from reference_impl.backends.ray.peer_messages import (AllocForSwap, AskMove, Borrow, CancelReservation, HasTable,
+                                                     NumMoving, PeerMessage, ReleaseBlocks, SetBlock, Table,
+                                                     TakeReserved, TryMoveKVCache)
 from reference_impl.control.rblock import RBlock
 
 _DEAD = object()
@@ -46,10 +49,10 @@ class RemoteTables:
         self.peer = peer
 
     def __contains__(self, req_id: int) -> bool:
-        return self.peer.ask("has_table", req_id, default=False)
+        return self.peer.ask(HasTable(req_id), default=False)
 
     def __getitem__(self, req_id: int) -> RemoteTable:
-        blocks = self.peer.ask("table", req_id, default=None)
+        blocks = self.peer.ask(Table(req_id), default=None)
         if blocks is None:
             raise KeyError(req_id)
         return RemoteTable(self.peer, req_id, blocks)
@@ -69,15 +72,15 @@ class RemoteRManager:
         self.deferred_releases: list[RBlock] = []  # released by the peer once it has read them (this step)
 
     # --- the channel
-    def send(self, method: str, *args) -> None:
-        """`method` on the peer's rManager, no answer awaited."""
-        self.handle.rm_post.remote(self.me.inst_id, next(self.seq), method, *args)
+    def send(self, message: PeerMessage) -> None:
+        """`message` to the peer's rManager, no answer awaited."""
+        self.handle.rm_post.remote(self.me.inst_id, next(self.seq), message)
 
-    def ask(self, method: str, *args, default=_DEAD):
-        """Call `method` on the peer's rManager and wait for the answer (`default` when the peer is dead)."""
+    def ask(self, message: PeerMessage, default=_DEAD):
+        """`message` to the peer's rManager; wait for its answer (`default` when the peer is dead)."""
         t0 = time.perf_counter()
         try:
-            return self.wait_ref(self.handle.rm_call.remote(self.me.inst_id, next(self.seq), method, *args))
+            return self.wait_ref(self.handle.rm_call.remote(self.me.inst_id, next(self.seq), message))
         except RayActorError:
             if default is _DEAD:
                 raise
@@ -93,7 +96,7 @@ class RemoteRManager:
 
     # --- reservations and blocks for this instance's requests
     def try_move_kvcache(self, req_id: int, num_blocks: int) -> bool:
-        ok = self.ask("try_move_kvcache", req_id, num_blocks, self.me.inst_id, default=False)
+        ok = self.ask(TryMoveKVCache(req_id, num_blocks, self.me.inst_id), default=False)
         if ok:
             self.mirror[req_id] = self.mirror.get(req_id, 0) + num_blocks
             self.view_lendable = max(0, self.view_lendable - num_blocks)
@@ -105,7 +108,7 @@ class RemoteRManager:
     def take_reserved(self, req_id: int, num_blocks: int = 1) -> list[RBlock]:
         """Blocks from the reservation, with ids from this (home) instance's counter; fewer (none) when the
         peer took its room back meanwhile."""
-        blocks = self.ask("take_reserved", req_id, num_blocks, self.me.inst_id, self._new_ids(num_blocks), default=[])
+        blocks = self.ask(TakeReserved(req_id, num_blocks, self.me.inst_id, self._new_ids(num_blocks)), default=[])
         left = self.mirror.get(req_id, 0) - num_blocks
         if left > 0 and len(blocks) == num_blocks:
             self.mirror[req_id] = left
@@ -115,7 +118,7 @@ class RemoteRManager:
 
     def borrow(self, req_id: int, num_blocks: int) -> list[RBlock]:
         """A reservation and its blocks in one round trip (rManager.borrow); none when the peer is short."""
-        blocks = self.ask("borrow", req_id, num_blocks, self.me.inst_id, self._new_ids(num_blocks), default=[])
+        blocks = self.ask(Borrow(req_id, num_blocks, self.me.inst_id, self._new_ids(num_blocks)), default=[])
         self.view_lendable = max(0, self.view_lendable - len(blocks))
         return blocks
 
@@ -129,7 +132,7 @@ class RemoteRManager:
             self.mirror[req_id] = left
         else:
             self.mirror.pop(req_id, None)
-        self.send("cancel_reservation", req_id, num_blocks)
+        self.send(CancelReservation(req_id, num_blocks))
 
     def release_blocks(self, blocks: list[RBlock]) -> None:
         now = []
@@ -139,17 +142,17 @@ class RemoteRManager:
             else:
                 now.append(block)
         if now:
-            self.send("release_blocks", now)
+            self.send(ReleaseBlocks(now))
 
     # --- the home side of a request homed there (a creditor reclaiming, a DGFM swap)
     def move_kvcache(self, req_id: int, num_blocks: int, dst_inst: int, src_inst: int | None = None) -> bool:
-        return self.ask("move_kvcache", req_id, num_blocks, dst_inst, src_inst, default=False)
+        return self.ask(AskMove(req_id, num_blocks, dst_inst, src_inst), default=False)
 
     def num_moving(self, req_id: int, src_inst: int) -> int:
-        return self.ask("num_moving", req_id, src_inst, default=0)
+        return self.ask(NumMoving(req_id, src_inst), default=0)
 
     def set_block(self, req_id: int, index: int, block: RBlock) -> None:
-        self.ask("set_block", req_id, index, block, default=None)
+        self.ask(SetBlock(req_id, index, block), default=None)
 
     def alloc_for_swap(self, req_id: int) -> RBlock:
-        return self.ask("alloc_for_swap", req_id)
+        return self.ask(AllocForSwap(req_id))
