@@ -19,6 +19,7 @@ from reference_impl.sim.config import blocks_per_instance
 from reference_impl.sim.policy import Policy, StepHooks
 from reference_impl.systems.pd_disagg.configure import split_of
 from reference_impl.systems.pd_disagg.events import KVLanded, Prefilled
+from reference_impl.systems.pd_disagg.rules import freest_decode, least_loaded
 from reference_impl.systems.pd_disagg.split import instance_model
 
 
@@ -70,7 +71,7 @@ class PDPolicy(Policy):
         return self._to_prefill(seq, first=False)
 
     def _to_prefill(self, seq: Sequence, first: bool) -> int:
-        inst = min(self.prefill, key=lambda i: (i.scheduler.num_waiting_blocks + i.rm.pool.num_used, i.inst_id))
+        inst = least_loaded(self.prefill)
         (inst.scheduler.add_first if first else inst.scheduler.add)(seq)
         return inst.inst_id
 
@@ -118,10 +119,7 @@ class PDPolicy(Policy):
         return events
 
     def _decode_for(self, num_blocks: int):
-        cap = self.cluster.engine.config.max_batch_size
-        room = [i for i in self.decode if i.rm.num_free >= num_blocks
-                and len(i.scheduler.running) + self.incoming[i.inst_id] < cap]
-        return max(room, key=lambda i: (i.rm.num_free, -i.inst_id), default=None)
+        return freest_decode(self.decode, num_blocks, self.incoming, self.cluster.engine.config.max_batch_size)
 
     def landed(self, req_id: int, now_s: float) -> list:
         t = self.moving.pop(req_id)
