@@ -7,12 +7,10 @@ a request a decode instance preempts is recomputed there (vLLM's recompute; the 
 prefill pool). Pooling is off: KV never spans instances. Greedy tokens equal one instance's."""
 from dataclasses import dataclass, replace
 
-from reference_impl.backends.local import GenerationResult, LocalBackend, check_prompts, to_device
 from reference_impl.control.engine import Engine, EngineConfig
 from reference_impl.control.request_move import move_request, refusal
 from reference_impl.control.sequence import Sequence, Status
 from reference_impl.errors import InputError
-from reference_impl.model.llama import LlamaModel
 from reference_impl.systems.pd_disagg.rules import freest_decode, least_loaded
 
 
@@ -65,9 +63,12 @@ def pd_engine_config(config: EngineConfig) -> EngineConfig:
     return replace(config, pooling=False, gmanager_interval_steps=0)
 
 
-def generate_pd(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int, config: EngineConfig,
-                num_prefill: int, *, ignore_eos: bool = False, device="cpu") -> tuple[GenerationResult, HandOvers]:
-    """backends/local.generate on a prefill/decode split of `config`'s instances (greedy), and its hand-overs."""
+def generate_pd(model, prompts: list[list[int]], max_new_tokens: int, config: EngineConfig, num_prefill: int, *,
+                ignore_eos: bool = False, device="cpu"):
+    """backends/local.generate on a prefill/decode split of `config`'s instances (greedy): its GenerationResult and
+    HandOvers. (The torch backend is imported here: the systems' modules stay torch-free.)"""
+    from reference_impl.backends.local import GenerationResult, LocalBackend, check_prompts, to_device
+
     check_prompts(model, prompts)
     config = pd_engine_config(config)
     engine = Engine(config, LocalBackend(to_device(model, device), config, device=device))
