@@ -5,9 +5,12 @@ from dataclasses import dataclass
 from reference_impl.errors import InputError
 from reference_impl.control.sequence import Sequence, num_blocks_for
 
-# The gManager's cadence: seconds between its rounds (heartbeats, recalls, Algorithm 1, DGFM), the one default every
-# backend derives its own from (ClusterConfig.gmanager_interval_s)
+# The gManager's cadence, seconds between its rounds (heartbeats, recalls, Algorithm 1, DGFM), declared here only:
+# a cluster's (ClusterConfig.gmanager_interval_s, the simulator's clock), and a real engine's on the small machines
+# it is run and checked on, whose runs last seconds (RayConfig.gmanager_interval_s; sim-vs-real's pooled arm passes
+# it to both sides). The local engine, which has no clock of its own, counts steps (gmanager_interval_steps).
 GMANAGER_INTERVAL_S = 1.0
+REAL_GMANAGER_INTERVAL_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)

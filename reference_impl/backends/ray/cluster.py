@@ -7,6 +7,7 @@ from pathlib import Path
 import ray
 
 import reference_impl
+from reference_impl.control.engine_config import REAL_GMANAGER_INTERVAL_S
 from reference_impl.errors import InputError
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -21,7 +22,7 @@ class RayConfig:
     placement_strategy: str = "PACK"
     timeout_s: float = 120.0  # waiting for the placement group, a restarting gManager, a silent actor
     dist_timeout_s: float = 60.0  # a data-plane operation waiting on a peer longer than this fails the group
-    gmanager_interval_s: float = 0.05  # between the gManager's rounds (when the engine config asks for rounds)
+    gmanager_interval_s: float = REAL_GMANAGER_INTERVAL_S  # between rounds (when the engine config asks for them)
     py_modules: tuple[str, ...] = ()  # package folders shipped to a cluster beside reference_impl
 
     def __post_init__(self):

@@ -33,6 +33,7 @@ from reference_impl.backends.ray import RayConfig, init_ray
 from reference_impl.backends.ray.serving import RayServer, engine_config, instance_stats
 from reference_impl.calibration.links import GLOO
 from reference_impl.calibration.model import CalibratedPerfModel
+from reference_impl.control.engine_config import REAL_GMANAGER_INTERVAL_S
 from reference_impl.control.gmanager import GManagerConfig
 from reference_impl.model.llama import random_model
 from reference_impl.profiling.step_overhead import engine_model_config
@@ -65,7 +66,7 @@ class PooledSetup:
     blocks_per_instance: int
     block_size: int
     max_batch_size: int
-    gmanager_interval_s: float = 0.05
+    gmanager_interval_s: float = REAL_GMANAGER_INTERVAL_S  # the Ray engine's, simulated too
 
 
 
