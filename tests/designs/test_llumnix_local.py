@@ -62,3 +62,35 @@ def test_requests_moved_mid_decode_match_transformers(hf_folder):
         assert len(moving.placement[i]) == 1  # it finished with its KV whole on one instance
         for a, b in zip(moving.logits[i], staying.logits[i]):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+def test_live_migration_with_precopy_stages_matches_transformers(hf_folder):
+    """systems/llumnix/local.py: each request migrates by pre-copy stages read while it keeps decoding on its source,
+    then the pause and the move; the destination's KV is what the stages read, and the tokens and logits are those of
+    the run with no migration and of transformers."""
+    from reference_impl.systems.llumnix.knobs import LlumnixKnobs
+    from reference_impl.systems.llumnix.local import LocalMigrator
+
+    model = load_model(hf_folder)
+    config = EngineConfig(3, 24, block_size=4, pooling=False)
+    knobs = LlumnixKnobs(last_stage_max_tokens=4, max_stages=20)  # the last stage at one rBlock: stages before it
+    held = {}
+
+    def migrate(engine):
+        migrator = held.setdefault("m", LocalMigrator(engine, knobs))
+        if engine.num_steps == 3:
+            for src in engine.instances:
+                for seq in src.scheduler.running:
+                    migrator.start(seq, src.inst_id, (src.inst_id + 1) % len(engine.instances))
+        migrator.after_step(engine)
+
+    staying = generate(model, PROMPTS, NUM_NEW, config, ignore_eos=True, record_logits=True)
+    moving = generate(model, PROMPTS, NUM_NEW, config, ignore_eos=True, record_logits=True, on_step=migrate)
+    c = held["m"].counters
+    assert c.started == c.completed == len(PROMPTS) and not c.aborted
+    assert c.precopy_rounds >= len(PROMPTS)  # every migration copied while its request decoded
+    for i, prompt in enumerate(PROMPTS):
+        assert moving.token_ids[i] == transformers_tokens(hf_folder, prompt) == staying.token_ids[i]
+        assert len(moving.placement[i]) == 1
+        for a, b in zip(moving.logits[i], staying.logits[i]):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
