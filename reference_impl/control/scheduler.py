@@ -168,6 +168,9 @@ class Scheduler:
                    for s in self.running)
 
     def _admit(self) -> list[Sequence]:
+        if not self.waiting:  # (most steps)
+            self.is_head_blocked = False
+            return []
         admitted, blocked = [], False
         while self.waiting and len(self.running) + len(admitted) < self.max_batch_size:
             seq = self.waiting[0]

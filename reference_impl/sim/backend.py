@@ -20,7 +20,7 @@ from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.control.engine import Engine
 from reference_impl.control.instance import Instance
 from reference_impl.control.placement import Placement
-from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
+from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs
 from reference_impl.control.sequence import Sequence
 from reference_impl.serving.records import RequestRecord
 from reference_impl.sim.config import SimConfig, blocks_per_instance, engine_costs, perf_model
@@ -35,6 +35,9 @@ class Pending:
     sent_tokens: int = 0
     owed_s: float = 0.0
     num_peer_calls: int = 0
+
+
+NOTHING_PAID = Pending()  # what a step that paid for nothing paid (shared: never changed)
 
 
 @dataclass(slots=True)
@@ -88,6 +91,8 @@ class SimBackend:
         self.num_moved_blocks = 0  # in all, moves and DGFM swaps
         self.pending = [Pending() for _ in range(config.engine.num_instances)]
         self.meter = StepMeter()
+        self.block_size = config.engine.block_size
+        self._dummy: list[int] = []
 
     def copy_blocks(self, pairs) -> None:
         bs, pending = self.config.engine.block_size, self.pending
@@ -108,15 +113,23 @@ class SimBackend:
             return StepOutcome(seqs, [], duration_s, 0, paid, self.num_moved_blocks - moved_before)
         outcome = self.execute(instance, seqs, is_prefill, co_running)
         outcome.num_moved_blocks = self.num_moved_blocks - moved_before
-        outcome.finished = instance.end_step(seqs, [0] * len(seqs))
+        outcome.finished = instance.end_step(seqs, self._tokens(len(seqs)))
         return outcome
+
+    def _tokens(self, n: int) -> list[int]:
+        """n dummy tokens (one list, reused: postprocess only reads it)."""
+        if len(self._dummy) < n:
+            self._dummy = [0] * (2 * n)
+        return self._dummy
 
     def execute(self, instance: Instance, seqs: list[Sequence], is_prefill: bool,
                 co_running: float = 0.0) -> StepOutcome:
-        rm, bs, model, costs = instance.rm, self.config.engine.block_size, self.model, self.costs
+        rm, model, costs = instance.rm, self.model, self.costs
         if is_prefill:  # whole prompts
             chunks, decodes = [(seq, 0, seq.num_tokens) for seq in seqs], []
             num_tokens = len(seqs)
+        elif instance.scheduler.chunked_prefill_tokens is None:  # decode steps only: no step carries a chunk
+            chunks, decodes, num_tokens = (), seqs, len(seqs)
         else:  # decode steps, and prompt chunks when prefill is chunked
             chunks = [(s, s.num_tokens - s.prefill_left - s.chunk_tokens, s.chunk_tokens)
                       for s in seqs if s.chunk_tokens]
@@ -124,26 +137,35 @@ class SimBackend:
             # a prompt chunk that does not end the prompt yields no token
             num_tokens = len(seqs) - sum(1 for seq, _, _ in chunks if seq.prefill_left)
         if self.prefill_elsewhere:  # the prompt's KV arrives ready from a separate prefill pool (not modelled)
-            chunks = []
+            chunks = ()
         creditors: set[int] = set()
-        prefill_tokens, local_pairs, remote_s, remote_queries = self._prefill_share(rm, chunks, creditors)
-        decode_queries, remote_wait_s = self._decode_share(rm, decodes, creditors)
-        remote_queries += decode_queries
+        prefill_tokens, local_pairs, remote_s, remote_queries = (
+            self._prefill_share(rm, chunks, creditors) if chunks else (0, 0.0, 0.0, 0))
+        remote_wait_s = 0.0
+        if decodes and rm.num_borrowed:  # (no home request has rBlocks elsewhere: no remote query)
+            decode_queries, remote_wait_s = self._decode_share(rm, decodes, creditors)
+            remote_queries += decode_queries
         if creditors and costs.served_step_s:  # each creditor serving this step: on its next step (its core)
             for inst_id in creditors:           # and on this one's critical path, every layer
                 self.pending[inst_id].owed_s += costs.served_cpu_s
             remote_wait_s += costs.served_step_s
-        load = InstanceLoad(batch_size=len(decodes), attn_kv_tokens=rm.pool.num_used * bs if decodes else 0,
-                            num_remote_queries=remote_queries, prefill_tokens=prefill_tokens,
-                            prefill_attn_pairs=int(local_pairs))
-        compute_s = step_time_s(model, load) if prefill_tokens or decodes else 0.0
-        if co_running:
-            compute_s *= 1.0 + (costs.co_run_slowdown - 1.0) * co_running
-        local_attn_s = model.num_layers * local_pairs * model.prefill_attn_s_per_pair
-        compute_s += max(0.0, remote_s - local_attn_s, remote_wait_s)  # waits for the slowest creditor
-        paid, self.pending[rm.inst_id] = self.pending[rm.inst_id], Pending()
-        compute_s += paid.owed_s + costs.peer_call_s * paid.num_peer_calls
-        duration_s = max(compute_s, model.kv_transfer_s(paid.sent_tokens))
+        compute_s = 0.0
+        if prefill_tokens or decodes:
+            load = InstanceLoad(len(decodes), rm.pool.num_used * self.block_size if decodes else 0, remote_queries,
+                                prefill_tokens, int(local_pairs))
+            compute_s = model.num_layers * model.layer_time_s(load)  # (perf_model.step_time_s)
+            if co_running:
+                compute_s *= 1.0 + (costs.co_run_slowdown - 1.0) * co_running
+        if remote_s or remote_wait_s:
+            local_attn_s = model.num_layers * local_pairs * model.prefill_attn_s_per_pair
+            compute_s += max(0.0, remote_s - local_attn_s, remote_wait_s)  # waits for the slowest creditor
+        paid = self.pending[rm.inst_id]
+        if paid.sent_tokens or paid.owed_s or paid.num_peer_calls:
+            self.pending[rm.inst_id] = Pending()
+            compute_s += paid.owed_s + costs.peer_call_s * paid.num_peer_calls
+            duration_s = max(compute_s, model.kv_transfer_s(paid.sent_tokens))
+        else:  # nothing to pay for (the common step): no fresh Pending, no sums of zeros
+            paid, duration_s = NOTHING_PAID, compute_s
         meter = self.meter
         meter.step_s += duration_s
         if prefill_tokens:
@@ -172,7 +194,7 @@ class SimBackend:
         return prompt_tokens, local_pairs, remote_s, remote_queries
 
     def _decode_share(self, rm, seqs, serving: set) -> tuple[int, float]:
-        """Remote queries of a decode batch, and how long the slowest creditor's MicroAttention outlasts the
+        """(Where some home request has rBlocks elsewhere.) Remote queries of a decode batch, and how long the slowest creditor's MicroAttention outlasts the
         local one (creditors run in parallel); the batch's creditors go to `serving`."""
         bs = self.config.engine.block_size
         remote_tokens: dict[int, int] = {}  # creditor -> KV tokens of this batch it reads for us

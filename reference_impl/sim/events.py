@@ -61,25 +61,29 @@ class Step(Event):
     inst_id: int
 
     def handle(self, sim: Simulator) -> list[Event]:
-        engine = sim.engine
-        inst = engine.instances[self.inst_id]
-        outcome = sim.backend.step(inst, sim.co_running(self.inst_id))
-        ran, is_busy = outcome.ran, outcome.duration_s is not None
+        engine, inst_id, now_s = sim.engine, self.inst_id, self.time_s
+        inst = engine.instances[inst_id]
+        outcome = sim.backend.step(inst, sim.co_running(inst_id))
+        duration_s = outcome.duration_s
+        ran, is_busy = bool(outcome.seqs), duration_s is not None
         if ran:
-            sim.record_step(self.inst_id, outcome, self.time_s + outcome.duration_s)
-        sim.stepping(self.inst_id, is_busy, ran)
-        caused = [Step(self.time_s + outcome.duration_s, self.inst_id)] if is_busy else []
-        if not is_busy:  # no batch, no KV moved (before the hand-offs below may wake it again)
-            sim.count_noop_step(self.inst_id, self.time_s)
-        target = engine.redispatch(inst)
-        if target is not None:
-            caused += sim.handed(target, self.time_s)
+            sim.record_step(inst_id, outcome, now_s + duration_s)
+        sim.stepping(inst_id, is_busy, ran)
+        if is_busy:
+            caused = [Step(now_s + duration_s, inst_id)]
+        else:  # no batch, no KV moved (before the hand-offs below may wake it again)
+            caused = []
+            sim.count_noop_step(inst_id, now_s)
+        if inst.scheduler.waiting:  # (only a waiting request is handed on)
+            target = engine.redispatch(inst)
+            if target is not None:
+                caused += sim.handed(target, now_s)
         room_freed = outcome.frees_room
         if room_freed or not ran:  # idle instances may take waiting work
             for idle in engine.fill_idle():
-                caused += sim.handed(idle, None if room_freed else self.time_s)
+                caused += sim.handed(idle, None if room_freed else now_s)
             if room_freed:
-                caused += sim.wake_all(self.time_s)
+                caused += sim.wake_all(now_s)
         return caused
 
 

@@ -1,8 +1,8 @@
 """Hashes of simulated runs, for changes that must not move any simulated number (a faster event loop, a
 reordered climb): the quick e2e and sensitivity runs (their data without wall_s, as `repro run --quick` writes
-it; e2e's is a46de835... since 2026-11), every design on a small cluster, and Infinite-LLM and vLLM-M on a large one. A run's hash covers
-every request's record and every step's end, tokens and instance (json, sort_keys: floats by repr, so bit for
-bit). The committed hashes are repro/data/run_hashes.json; `repro regression hash --check` compares with them."""
+it; e2e's is a46de835... since 2026-11), every design on a small cluster, and Infinite-LLM and vLLM-M on a large
+one. A run's hash covers every request's record and every step's end, tokens and instance (json, sort_keys: floats
+by repr, so bit for bit). The committed hashes are repro/data/run_hashes.json; `repro regression hash --check` compares with them."""
 import hashlib
 import json
 from collections.abc import Callable

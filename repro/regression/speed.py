@@ -126,10 +126,10 @@ def check_ratio(result: SpeedResult, baseline: dict) -> str | None:
     if entry is None:
         return (f"{result.case} ({result.size}): no baseline ratio; measure one with "
                 f"`{BLESS_COMMAND}{'' if result.size == 'ci' else ' SIZE=' + result.size}`")
-    tolerance = baseline["tolerance"]
+    case = BY_NAME[result.case]
+    tolerance = case.tolerance or baseline["tolerance"]
     if result.ratio >= entry["ratio"] / tolerance:
         return None
-    case = BY_NAME[result.case]
     return (f"{result.case} ({result.size}): {case.subject} ran at {result.ratio:.3g}x the speed of {case.reference} "
             f"in this run; the baseline is {entry['ratio']:.3g}x and the guard fails below baseline / {tolerance:g} "
             f"= {entry['ratio'] / tolerance:.3g}x: {entry['ratio'] / result.ratio:.2f}x slower than at the baseline "

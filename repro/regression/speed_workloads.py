@@ -5,6 +5,8 @@ none of its code, measured in the same run: the ratio reference time / subject t
 - engine-decode: the engine's decode steps on the built-in tiny model vs a plain greedy loop over transformers'
   LlamaForCausalLM of the same shape (its own weights, layers and KV cache);
 - sim-events: the simulator serving a fixed trace vs a fixed pure-Python workload (heap events, dict updates);
+- sim-step-128: the simulator's cost per event on 128 instances at 2 requests/s a GPU (mostly decode steps: the
+  step's pricing, batch and records) vs the same pure-Python workload, held to a 1.5x slowdown;
 - gmanager-round-N: one gManager round over N instances vs the same pure-Python workload.
 
 A side is (prepare, run): prepare is not timed, run is. Sizes: "ci" for `make test`, "large" for `make bench`.
@@ -48,6 +50,7 @@ class SpeedCase:
     reference: str
     make: Callable[[str], tuple[Side, Side]]  # size -> (subject, reference)
     num_rounds: int = 7  # timed rounds of each side, interleaved
+    tolerance: float | None = None  # the slowdown it may show before failing (None: the baseline's)
 
 
 def pure_python_work(num_events: int) -> int:
@@ -143,6 +146,25 @@ def sim_events(size: str) -> tuple[Side, Side]:
     return Side(lambda: None, run, count[0], "event"), pure_python_side(num_events)
 
 
+def sim_step(num_gpus: int) -> Callable[[str], tuple[Side, Side]]:
+    """Infinite-LLM on `num_gpus` instances of one A100 serving trace 0 at 2 requests/s a GPU (the scale bench's
+    goal rate): steps of small batches on many instances, where the per-step constant is the cost."""
+    def make(size: str) -> tuple[Side, Side]:
+        num_requests, num_events = (300, 450_000) if size == "ci" else (3000, 4_500_000)
+        config = system_config("infinite-llm", cluster("llama2-7b", "A100-80GB-SXM", num_gpus))
+        requests = generate(trace_id=0, num_requests=num_requests, rate_per_s=2.0 * num_gpus, seed=0,
+                            options=SourceOptions(source="fitted"))
+        count = [0]
+
+        def run(_):
+            count[0] = 0
+            simulate(config, requests, on_event=lambda now_s: count.__setitem__(0, count[0] + 1))
+
+        run(None)
+        return Side(lambda: None, run, count[0], "event"), pure_python_side(num_events)
+    return make
+
+
 def gmanager_round(num_instances: int) -> Callable[[str], tuple[Side, Side]]:
     """One gManager round after full heartbeats (untimed), which give it a new map each time, so every round is
     computed, not its memo returned."""
@@ -183,6 +205,8 @@ CASES = (
     SpeedCase("engine-decode", "engine decode, tiny model, local backend",
               "transformers LlamaForCausalLM greedy loop", engine_decode),
     SpeedCase("sim-events", "simulator events", "pure-Python heap events", sim_events),
+    SpeedCase("sim-step-128", "simulator events, 128 instances", "pure-Python heap events", sim_step(128),
+              tolerance=1.5),
     SpeedCase("gmanager-round-32", "gManager round, 32 instances", "pure-Python heap events", gmanager_round(32),
               num_rounds=30),
     SpeedCase("gmanager-round-256", "gManager round, 256 instances", "pure-Python heap events",
