@@ -223,7 +223,7 @@ class StepKV:
         for key, rows, slots in self.writes:
             k_cache, v_cache = key_caches[key]
             store_kv(k if rows is None else k[rows], v if rows is None else v[rows], k_cache[layer], v_cache[layer],
-                     slots)
+                     slots, has_padding=False)
         if self.is_prefill:
             return self._prefill(layer, q, k, v)
         num_seqs, num_parts = q.shape[0], self.num_partials
