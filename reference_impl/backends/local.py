@@ -1,5 +1,6 @@
 """Local backend: N instances in one process, each with its own rBlock budget, real tensors and kernels."""
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -51,9 +52,19 @@ class LocalBackend:
             self.graphs = DecodeGraphs(model, k, v, config.max_batch_size,
                                        min(k.shape[1], -(-graph_max_tokens // config.block_size)), self.device,
                                        capture=self.device.type == "cuda")
+        self.replay_graphs = self.graphs is not None  # False inside `without_graphs()`
         self.device_key = self.locations.keys.index(DEVICE)
         self.runner = ModelRunner(model, self.device, config.seed, record_logits, self.graphs)
         self.step_times_s: list[float] = []
+
+    @contextmanager
+    def without_graphs(self):
+        """Decode steps run eagerly inside (graphs on against off in one run, over the same caches)."""
+        self.replay_graphs = False
+        try:
+            yield self
+        finally:
+            self.replay_graphs = self.graphs is not None
 
     def copy_blocks(self, pairs) -> None:
         staged = [(dst, self.caches[(src.inst_id, src.device)][0][:, src.address].clone(),
@@ -89,7 +100,7 @@ class LocalBackend:
         tokens = token_arrays(seqs, is_prefill)
         kv = self.step_kv(instance, seqs, tokens, is_prefill)
         graph_rows = None
-        if self.graphs is not None and not is_prefill:
+        if self.replay_graphs and not is_prefill:
             rows = kv.whole_rows()
             if rows is not None and rows[0] == self.device_key:
                 graph_rows = rows[1:]

@@ -34,13 +34,14 @@ def micro_attention(q, k_cache, v_cache, block_table, seq_lens, *, scale=None, b
     return micro_attention_torch(q, k_cache, v_cache, block_table, seq_lens, scale)
 
 
-def store_kv(k, v, k_cache, v_cache, slots, *, backend="auto"):
+def store_kv(k, v, k_cache, v_cache, slots, *, backend="auto", has_padding=True):
     """Store this step's K/V rows in place in paged caches (no gather or copy of blocks).
 
     k, v      [num_tokens, num_kv_heads, head_dim]
     k_cache   [num_blocks, block_size, num_kv_heads, head_dim] (v_cache the same shape), written in place
     slots     [num_tokens] int: block * block_size + offset of each token; a negative slot is skipped (padding)
-    K/V are cast to the cache's dtype.
+    K/V are cast to the cache's dtype. `has_padding=False` promises no negative slot (the torch path then skips
+    looking for them).
     """
     if k.shape != v.shape or k.dim() != 3 or k_cache.shape != v_cache.shape or k_cache.dim() != 4:
         raise InputError(f"store_kv: k/v must be [T, Hkv, D] and the caches [blocks, block_size, Hkv, D], got "
@@ -50,7 +51,7 @@ def store_kv(k, v, k_cache, v_cache, slots, *, backend="auto"):
                          f"and slots must be [{k.shape[0]}] integers, got {tuple(slots.shape)} {slots.dtype}")
     if resolve_backend(backend, k.device) == "triton":
         return store_kv_triton(k, v, k_cache, v_cache, slots)
-    return store_kv_torch(k, v, k_cache, v_cache, slots)
+    return store_kv_torch(k, v, k_cache, v_cache, slots, has_padding)
 
 
 def scale_reduce(outs, lses, *, backend="auto"):

@@ -87,12 +87,12 @@ def _gather(flat_cache, ids, raw, dst, num_seqs: int, num_blocks: int, tokens: i
     return dst
 
 
-def store_kv_torch(k, v, k_cache, v_cache, slots):
+def store_kv_torch(k, v, k_cache, v_cache, slots, has_padding: bool = True):
     """Same contract as `store_kv`: one index_copy per cache; slots < 0 are skipped."""
     flat_k = k_cache.view(-1, *k_cache.shape[2:])
     flat_v = v_cache.view(-1, *v_cache.shape[2:])
     slots = slots.to(torch.int64)
-    if bool((slots < 0).any()):
+    if has_padding and bool((slots < 0).any()):
         keep = slots >= 0
         k, v, slots = k[keep], v[keep], slots[keep]
     flat_k.index_copy_(0, slots, k.to(flat_k.dtype))

@@ -93,9 +93,13 @@ class StepKV:
         block = b.start[seq] + pos // bs
         keys, slots = b.key[block], b.address[block] * bs + pos % bs
         self.write_plan = []  # (key, rows or None for all, slots) as arrays
-        for key in np.unique(keys):
+        present = np.flatnonzero(np.bincount(keys, minlength=len(self.locations.keys)))
+        for key in present.tolist():
+            if len(present) == 1:
+                self.write_plan.append((key, None, slots))
+                continue
             rows = np.flatnonzero(keys == key)
-            self.write_plan.append((int(key), None if rows.shape[0] == keys.shape[0] else rows, slots[rows]))
+            self.write_plan.append((key, rows, slots[rows]))
         self._stage_writes()
 
     def _stage_writes(self):
@@ -118,7 +122,8 @@ class StepKV:
         in_pair = np.arange(len(order)) - pair_start[pair]
         pair_len = np.diff(np.append(pair_start, len(order)))
         pair_key = key[pair_start]
-        width_of_key = {int(k): row_width(pair_len[pair_key == k]) for k in np.unique(pair_key)}
+        keys_here = np.flatnonzero(np.bincount(pair_key, minlength=len(self.locations.keys))).tolist()
+        width_of_key = {k: row_width(pair_len if len(keys_here) == 1 else pair_len[pair_key == k]) for k in keys_here}
         key_width = np.ones(int(key.max()) + 1, np.int64)
         for k, w in width_of_key.items():
             key_width[k] = w
@@ -218,7 +223,7 @@ class StepKV:
         for key, rows, slots in self.writes:
             k_cache, v_cache = key_caches[key]
             store_kv(k if rows is None else k[rows], v if rows is None else v[rows], k_cache[layer], v_cache[layer],
-                     slots)
+                     slots, has_padding=False)
         if self.is_prefill:
             return self._prefill(layer, q, k, v)
         num_seqs, num_parts = q.shape[0], self.num_partials

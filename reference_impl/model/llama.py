@@ -166,15 +166,15 @@ class LlamaModel:
         for i, (qkv_w, gate_up_w) in enumerate(self.fused):
             p = f"model.layers.{i}."
             h = rms_norm(x, w[p + "input_layernorm.weight"], c.rms_norm_eps)
-            q, k, v = (h @ qkv_w.T).split([q_size, kv_size, kv_size], dim=-1)
-            q = q.view(num_tokens, c.num_heads, c.head_dim)
-            k = k.view(num_tokens, c.num_kv_heads, c.head_dim)
-            v = v.view(num_tokens, c.num_kv_heads, c.head_dim)
+            qkv = h @ qkv_w.T
+            q = qkv[:, :q_size].view(num_tokens, c.num_heads, c.head_dim)
+            k = qkv[:, q_size:q_size + kv_size].view(num_tokens, c.num_kv_heads, c.head_dim)
+            v = qkv[:, q_size + kv_size:].view(num_tokens, c.num_kv_heads, c.head_dim)
             attn = attend(i, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
             x = x + attn.reshape(num_tokens, -1) @ w[p + "self_attn.o_proj.weight"].T
             h = rms_norm(x, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
-            gate, up = (h @ gate_up_w.T).split([c.intermediate_size, c.intermediate_size], dim=-1)
-            x = x + (F.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+            gate_up = h @ gate_up_w.T
+            x = x + (F.silu(gate_up[:, :c.intermediate_size]) * gate_up[:, c.intermediate_size:]) @ w[p + "mlp.down_proj.weight"].T
         return rms_norm(x, w["model.norm.weight"], c.rms_norm_eps)
 
     def logits(self, hidden):

@@ -32,8 +32,8 @@ def token_arrays(seqs, is_prefill: bool) -> TokenArrays:
         ids = np.fromiter(itertools.chain.from_iterable(itertools.chain(s.prompt_ids, s.output_ids) for s in seqs),
                           np.int64, int(num_tokens.sum()))
     else:
-        num_new = np.ones(num_seqs, np.int64)
         ids = np.fromiter((s.output_ids[-1] if s.output_ids else s.prompt_ids[-1] for s in seqs), np.int64, num_seqs)
+        return TokenArrays(ids, num_tokens - 1, num_tokens, np.ones(num_seqs, np.int64), np.arange(num_seqs))
     ends = np.cumsum(num_new)
     positions = np.arange(ids.shape[0]) + np.repeat(num_tokens - ends, num_new)
     return TokenArrays(ids, positions, num_tokens, num_new, ends - 1)

@@ -23,14 +23,30 @@ def _part_lines(name: str, r: dict) -> list[str]:
                  f"points, prefill median {h['prefill_median_ratio']:.2f}x over {h['prefill_points']}",
                  f"- a decode step's attention reads KV at {h['attention_kv_gb_s_min']:.0f}-"
                  f"{h['attention_kv_gb_s_max']:.0f} GB/s (up to {h['attention_pct_of_peak_max']:.0f}% of "
-                 f"{r['peak_gb_s']:.0f} GB/s) at its largest points",
-                 "", "| step | batch | tokens | measured ms | predicted ms | ratio | attention ms (predicted) | KV GB/s |",
-                 "|---|---|---|---|---|---|---|---|"]
+                 f"{r['peak_gb_s']:.0f} GB/s) at its largest points"]
+        if "graph_speedup_median" in h:  # results from before the model runner lack these
+            first = next(p for p in r["points"] if p["kind"] == "decode")
+            tf_peak = "" if h["prefill_pct_of_peak_max"] is None else \
+                f" ({h['prefill_pct_of_peak_max']:.0f}% of {r['peak_tflops']:.0f} TFLOP/s)"
+            lines += [f"- a whole decode step (weights + KV read over the step) at batch {first['batch']}, "
+                      f"{first['context']} tokens: {first['step_gb_s']:.0f} GB/s, "
+                      f"{h['decode_step_pct_of_peak_first']:.0f}% of the HBM peak (best point "
+                      f"{h['decode_step_pct_of_peak_max']:.0f}%); worst decode ratio {h['decode_ratio_max']:.2f}x",
+                      f"- CUDA graphs: eager / graph step time median {h['graph_speedup_median']:.2f}x (buckets "
+                      f"{r['decode_graphs']['buckets']}, captured {len(r['decode_graphs']['captured'])} in "
+                      f"{r['decode_graphs']['capture_s']:.1f} s, {r['decode_graphs']['eager_steps']} steps without a graph)",
+                      f"- prefill up to {h['prefill_tflops_max']:.1f} TFLOP/s{tf_peak}; the longest prompt "
+                      f"{h['prefill_ratio_longest']:.2f}x its prediction"]
+        lines += ["", "| step | batch | tokens | measured ms | eager ms | predicted ms | ratio | attention ms "
+                  "(predicted) | KV GB/s | step GB/s or TFLOP/s |", "|---|---|---|---|---|---|---|---|---|---|"]
         for p in r["points"]:
             attn = (f"{1e3 * p['attention_s']:.2f} ({1e3 * p['predicted_attention_s']:.2f}) | "
                     f"{p['attention_kv_gb_s']:.0f}") if p["kind"] == "decode" else "- | -"
-            lines.append(f"| {p['kind']} | {p['batch']} | {p['context']} | {1e3 * p['measured_s']:.2f} | "
-                         f"{1e3 * p['predicted_s']:.2f} | {p['ratio']:.2f} | {attn} |")
+            eager = f"{1e3 * p['eager_s']:.2f}" if "eager_s" in p else "-"
+            rate = (f"{p['step_gb_s']:.0f} GB/s" if "step_gb_s" in p else
+                    f"{p['tflops']:.1f} TFLOP/s" if "tflops" in p else "-")
+            lines.append(f"| {p['kind']} | {p['batch']} | {p['context']} | {1e3 * p['measured_s']:.2f} | {eager} | "
+                         f"{1e3 * p['predicted_s']:.2f} | {p['ratio']:.2f} | {attn} | {rate} |")
         return lines
     if name == "pooling":
         return [f"- tokens equal to one instance in {h['runs_equal']}/{h['runs']} pooled runs "

@@ -2,7 +2,10 @@
 
 A step is `LocalBackend.execute` as the engine calls it (the step's plan, the decoder with DistAttention over
 paged rBlocks, the LM head, the sampled ids back on the host), timed from the host; the KV of a point lies in
-blocks scattered at random over the cache, as in a cache that has seen many requests come and go."""
+blocks scattered at random over the cache, as in a cache that has seen many requests come and go. Decode steps
+run from CUDA graphs and eagerly (`without_graphs`) in the same run, over the same caches; each gets its achieved
+bandwidth (weights + KV read, over the step time) against the device's HBM peak, and each prefill its achieved
+TFLOP/s (2 x parameters x tokens + causal attention) against the dense fp16/bf16 peak."""
 import statistics
 import time
 from types import SimpleNamespace
@@ -24,6 +27,31 @@ from repro.validate_gpu.sizes import COMMITTED_GPU, COMMITTED_MODEL
 
 SEED = 0
 BLOCK_SIZE = 16
+GPU_PEAK_TFLOPS = {"A100": 312.0, "H100": 989.0, "H200": 989.0}  # dense fp16/bf16, datasheets (SXM)
+
+
+def peak_tflops(device: torch.device) -> float | None:
+    """The device's dense fp16/bf16 peak (None off the table, e.g. a CPU)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((tf for key, tf in GPU_PEAK_TFLOPS.items() if key in name), None)
+
+
+def weight_bytes_read(model) -> int:
+    """Bytes of weights a decode step reads: every matrix but the embedding table (only its rows are read)."""
+    tied = "lm_head.weight" not in model.w
+    return sum(w.numel() * w.element_size() for name, w in model.w.items()
+               if tied or name != "model.embed_tokens.weight")
+
+
+def prefill_flops(config, n: int) -> float:
+    """2 x (parameters touched per token) x n for the matrices, plus causal attention's QK and PV products."""
+    c = config
+    kv = c.num_kv_heads * c.head_dim
+    per_layer = c.hidden_size * (2 * c.hidden_size + 2 * kv) + 3 * c.hidden_size * c.intermediate_size
+    matrices = 2 * n * c.num_layers * per_layer + 2 * c.hidden_size * c.vocab_size  # LM head on the last token
+    return matrices + 2 * c.num_layers * c.hidden_size * n * (n + 1)
 
 
 def _sync(device):
@@ -125,42 +153,59 @@ def run(size, device: torch.device) -> dict:
     rng = np.random.default_rng(SEED)
     points = []
     need = max(b * num_blocks_for(ctx, BLOCK_SIZE) for b, ctx in fits)
+    t0 = time.perf_counter()
     backend = LocalBackend(model, EngineConfig(1, need, block_size=BLOCK_SIZE, max_batch_size=max(size.batches)),
-                           device=device)
+                           device=device, eager=False, graph_max_tokens=max(ctx for _, ctx in fits))
+    capture_s = time.perf_counter() - t0
+    weights = weight_bytes_read(model)
+    peak_gb_s, peak_source = peak_bandwidth_gb_s(device)
     for b, ctx in fits:
         blocks = num_blocks_for(ctx, BLOCK_SIZE)
         order = rng.permutation(need)[: b * blocks].reshape(b, blocks).tolist()
         tables = [on_instance(t) for t in order]
         seqs = sequences(b, ctx, config.vocab_size, rng, True)
         measured = timed_step_s(backend, seqs, tables, False, size.reps)
+        with backend.without_graphs():
+            eager_s = timed_step_s(backend, seqs, tables, False, size.reps)
+            attention_s = attention_time_s(backend, seqs, tables)
         load = InstanceLoad(batch_size=b, attn_kv_tokens=b * blocks * BLOCK_SIZE)  # as the simulator counts it
         predicted = step_time_s(predictor, load)
-        attention_s = attention_time_s(backend, seqs, tables)
         kv_bytes = b * ctx * kv_bytes_per_token
+        step_gb_s = (weights + kv_bytes) / measured / 1e9
         points.append({"kind": "decode", "batch": b, "context": ctx, "kv_bytes": kv_bytes, "measured_s": measured,
+                       "eager_s": eager_s, "graph_speedup": eager_s / measured,
+                       "step_gb_s": step_gb_s, "step_pct_of_peak": 100 * step_gb_s / peak_gb_s,
                        "predicted_s": predicted, "ratio": measured / predicted, "attention_s": attention_s,
                        "attention_kv_gb_s": kv_bytes / attention_s / 1e9,
                        "predicted_attention_s": load.attn_kv_tokens * predictor.kv_read_s_per_token * predictor.num_layers})
+    decode_graphs = {"captured": sorted(backend.graphs.graphs), "buckets": backend.graphs.sizes,
+                     "capture_s": capture_s, "eager_steps": backend.graphs.num_eager,
+                     "replays": backend.graphs.num_replays}
     del backend
     if device.type == "cuda":
         torch.cuda.empty_cache()
+    peak_tf = peak_tflops(device)
     longest = max(size.prefill_lens)
     backend = LocalBackend(model, EngineConfig(1, num_blocks_for(longest, BLOCK_SIZE), block_size=BLOCK_SIZE),
-                           device=device)
+                           device=device, eager=True)
     for n in size.prefill_lens:
         table = [on_instance(list(range(num_blocks_for(n, BLOCK_SIZE))))]
         measured = timed_step_s(backend, sequences(1, n, config.vocab_size, rng, False), table, True,
                                 max(1, size.reps - 2))
         predicted = step_time_s(predictor, InstanceLoad(0, 0, prefill_tokens=n,
                                                         prefill_attn_pairs=causal_prefill_pairs(n)))
+        tflops = prefill_flops(config, n) / measured / 1e12
         points.append({"kind": "prefill", "batch": 1, "context": n, "kv_bytes": 0, "measured_s": measured,
-                       "predicted_s": predicted, "ratio": measured / predicted})
-    peak_gb_s, peak_source = peak_bandwidth_gb_s(device)
+                       "predicted_s": predicted, "ratio": measured / predicted, "tflops": tflops,
+                       "tflops_pct_of_peak": None if peak_tf is None else 100 * tflops / peak_tf})
     for p in points:
         if p["kind"] == "decode":
             p["attention_pct_of_peak"] = 100 * p["attention_kv_gb_s"] / peak_gb_s
     big = [p for p in points if p["kind"] == "decode" and p["kv_bytes"] >= 2**30] or \
         [p for p in points if p["kind"] == "decode"]
+
+    decode = [p for p in points if p["kind"] == "decode"]  # the first: the smallest batch and context
+    prefill = [p for p in points if p["kind"] == "prefill"]
 
     def median_ratio(kind):
         return statistics.median(p["ratio"] for p in points if p["kind"] == kind)
@@ -169,10 +214,19 @@ def run(size, device: torch.device) -> dict:
             "predicted_with": f"{COMMITTED_MODEL} on {COMMITTED_GPU} (the committed calibration the figures use)",
             "shape_matches_prediction": spec.name == COMMITTED_MODEL and config.num_layers == predictor.num_layers,
             "kv_capacity_tokens": capacity, "skipped": [{"batch": b, "context": c} for b, c in skipped],
-            "points": points, "peak_gb_s": peak_gb_s, "peak_source": peak_source,
+            "points": points, "peak_gb_s": peak_gb_s, "peak_source": peak_source, "peak_tflops": peak_tf,
+            "weight_bytes": weights, "decode_graphs": decode_graphs,
             "headline": {"decode_median_ratio": median_ratio("decode"), "prefill_median_ratio": median_ratio("prefill"),
                          "decode_points": sum(p["kind"] == "decode" for p in points),
                          "prefill_points": sum(p["kind"] == "prefill" for p in points),
                          "attention_kv_gb_s_min": min(p["attention_kv_gb_s"] for p in big),
                          "attention_kv_gb_s_max": max(p["attention_kv_gb_s"] for p in big),
-                         "attention_pct_of_peak_max": max(p["attention_pct_of_peak"] for p in big)}}
+                         "attention_pct_of_peak_max": max(p["attention_pct_of_peak"] for p in big),
+                         "decode_ratio_max": max(p["ratio"] for p in points if p["kind"] == "decode"),
+                         "decode_step_pct_of_peak_first": decode[0]["step_pct_of_peak"],
+                         "decode_step_pct_of_peak_max": max(p["step_pct_of_peak"] for p in decode),
+                         "graph_speedup_median": statistics.median(p["graph_speedup"] for p in decode),
+                         "prefill_tflops_max": max(p["tflops"] for p in prefill),
+                         "prefill_pct_of_peak_max": None if peak_tf is None else
+                         max(p["tflops_pct_of_peak"] for p in prefill),
+                         "prefill_ratio_longest": prefill[-1]["ratio"]}}

@@ -56,7 +56,7 @@ def test_dry_run_checks_what_it_claims(dry_run):
     for rows in by_batch.values():
         rows.sort(key=lambda p: p["context"])
         assert rows[-1]["predicted_s"] > rows[0]["predicted_s"]
-    assert all(0 < p["attention_s"] < p["measured_s"] for p in decode)
+    assert all(0 < p["attention_s"] < p["eager_s"] for p in decode)  # both eager (measured_s: from graphs)
     pooling = parts["pooling"]
     assert all(all(r["equal"]) and r["max_remote_fraction"] > 0 for r in pooling["runs"])
     serving = parts["serving"]
