@@ -53,6 +53,7 @@ class EngineLoop:
         self.live: dict[int, _Live] = {}
         self._lock = threading.Lock()
         self.num_queued = 0  # submitted and without a first token yet (bounded admission reads it)
+        self._remote_bytes_seen = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
 
@@ -139,6 +140,7 @@ class EngineLoop:
                 self._end(live, Event([], "error", "the engine failed while serving this request"))
             self.driver.close()
             self.driver = self.make_driver()
+            self._remote_bytes_seen = 0
             return
         self.metrics.steps.inc()
         now = time.monotonic()
@@ -199,3 +201,5 @@ class EngineLoop:
         m.kv_usage.set(g.rblocks_used / g.rblocks_capacity if g.rblocks_capacity else 0.0)
         m.lent.set(g.rblocks_lent)
         m.borrowed.set(g.rblocks_borrowed)
+        m.remote_attention_bytes.inc(g.remote_attention_bytes - self._remote_bytes_seen)
+        self._remote_bytes_seen = g.remote_attention_bytes
