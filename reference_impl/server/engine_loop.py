@@ -67,6 +67,10 @@ class EngineLoop:
         self._thread.join(timeout_s)
         self.driver.close()
 
+    @property
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
     def submit(self, seq: Sequence, arrival_s: float) -> asyncio.Queue:
         """Queue `seq` for the engine; its Events arrive on the returned queue (of the calling event loop)."""
         live = _Live(seq, asyncio.get_running_loop(), asyncio.Queue(), arrival_s)
@@ -75,8 +79,9 @@ class EngineLoop:
         self.inbox.put(("add", live))
         return live.events
 
-    def abort(self, req_id: int) -> None:
-        self.inbox.put(("abort", req_id))
+    def abort(self, req_id: int, finished_reason: str | None = None) -> None:
+        """Drop the request at the next step; `finished_reason` ("stop": a stop string) counts it as finished."""
+        self.inbox.put(("abort", req_id, finished_reason))
 
     def call(self, fn) -> Future:
         """Run `fn(driver)` in the loop's thread between steps; its result in the Future."""
@@ -121,7 +126,12 @@ class EngineLoop:
             live = self.live.get(message[1])
             if live is not None:
                 self.driver.abort(live.seq.req_id)
-                self.metrics.aborted.inc()
+                if message[2] is None:
+                    self.metrics.aborted.inc()
+                else:
+                    self.metrics.e2e.observe(time.monotonic() - live.arrival_s)
+                    self.metrics.request_generation.observe(live.sent)
+                    self.metrics.finished(message[2])
                 self._end(live, Event([], "abort"))
         elif kind == "call":
             _, fn, done = message

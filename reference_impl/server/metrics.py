@@ -51,7 +51,7 @@ class ServerMetrics:
             "holder of a request's rBlocks, its query out and (out, lse) back (local backend; 0 on Ray).")
         self.gmanager_rounds = counter("infinite_llm:gmanager_rounds", "gManager rounds run.")
         self.steps = counter("infinite_llm:engine_steps", "Engine steps (every instance once).")
-        self.aborted = counter("infinite_llm:requests_aborted", "Requests aborted (client gone or stop string).")
+        self.aborted = counter("infinite_llm:requests_aborted", "Requests aborted (the client went away).")
         self.rejected = counter("infinite_llm:requests_rejected", "Requests refused with 503 (queue full).")
 
     def finished(self, reason: str) -> None:
