@@ -238,7 +238,7 @@ def build_app(config: ServerConfig, served: ServedModel | None = None) -> FastAP
 
     @app.get("/health")
     async def health():
-        return Response(status_code=200)
+        return Response(status_code=200 if server.loop.is_alive else 503)
 
     @app.get("/version")
     async def version():

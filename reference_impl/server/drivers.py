@@ -31,6 +31,7 @@ class Gauges:
     rblocks_capacity: int
     rblocks_lent: int
     rblocks_borrowed: int
+    remote_attention_bytes: int = 0  # so far (a counter's value)
 
 
 class LocalDriver:
@@ -41,6 +42,11 @@ class LocalDriver:
         from reference_impl.backends.local import LocalBackend, to_device
         from reference_impl.control.engine import Engine
         self.engine = Engine(config, LocalBackend(to_device(model, "cpu"), config))
+        c = model.config
+        # DistAttention per layer and remote holder of a decoding request: the query out, (out, lse) back
+        self.remote_bytes_per_holder = c.num_layers * (2 * c.num_heads * c.head_dim * model.dtype.itemsize
+                                                       + 4 * c.num_heads)
+        self.remote_attention_bytes = 0
 
     @property
     def has_work(self) -> bool:
@@ -59,8 +65,13 @@ class LocalDriver:
         engine, config = self.engine, self.engine.config
         interval = config.gmanager_interval_steps
         round_due = int(bool(config.pooling and interval and engine.num_steps % interval == 0))
+        decoding = [(inst, seq, len(seq.output_ids)) for inst in engine.instances for seq in inst.scheduler.running]
         engine.step()
         engine.finished.clear()  # (the engine keeps every finished request; a server must not)
+        for inst, seq, before in decoding:  # those that made a token this step: a decode over their tables
+            if len(seq.output_ids) == before + 1:
+                holders = inst.rm.holders_by_req.get(seq.req_id) or seq.placement
+                self.remote_attention_bytes += self.remote_bytes_per_holder * sum(i != inst.inst_id for i in holders)
         return round_due
 
     def failed(self) -> dict[int, str]:
@@ -71,7 +82,7 @@ class LocalDriver:
         return Gauges(sum(len(i.scheduler.running) for i in self.engine.instances),
                       sum(len(i.scheduler.waiting) for i in self.engine.instances),
                       sum(rm.pool.num_used for rm in rms), sum(rm.pool.num_capacity for rm in rms),
-                      sum(rm.num_lent for rm in rms), sum(rm.num_borrowed for rm in rms))
+                      sum(rm.num_lent for rm in rms), sum(rm.num_borrowed for rm in rms), self.remote_attention_bytes)
 
     def stats(self, num_live: int) -> EngineStats:
         rms = self.engine.rmanagers.values()

@@ -53,6 +53,7 @@ class EngineLoop:
         self.live: dict[int, _Live] = {}
         self._lock = threading.Lock()
         self.num_queued = 0  # submitted and without a first token yet (bounded admission reads it)
+        self._remote_bytes_seen = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
 
@@ -66,6 +67,10 @@ class EngineLoop:
         self._thread.join(timeout_s)
         self.driver.close()
 
+    @property
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
     def submit(self, seq: Sequence, arrival_s: float) -> asyncio.Queue:
         """Queue `seq` for the engine; its Events arrive on the returned queue (of the calling event loop)."""
         live = _Live(seq, asyncio.get_running_loop(), asyncio.Queue(), arrival_s)
@@ -74,8 +79,9 @@ class EngineLoop:
         self.inbox.put(("add", live))
         return live.events
 
-    def abort(self, req_id: int) -> None:
-        self.inbox.put(("abort", req_id))
+    def abort(self, req_id: int, finished_reason: str | None = None) -> None:
+        """Drop the request at the next step; `finished_reason` ("stop": a stop string) counts it as finished."""
+        self.inbox.put(("abort", req_id, finished_reason))
 
     def call(self, fn) -> Future:
         """Run `fn(driver)` in the loop's thread between steps; its result in the Future."""
@@ -120,7 +126,12 @@ class EngineLoop:
             live = self.live.get(message[1])
             if live is not None:
                 self.driver.abort(live.seq.req_id)
-                self.metrics.aborted.inc()
+                if message[2] is None:
+                    self.metrics.aborted.inc()
+                else:
+                    self.metrics.e2e.observe(time.monotonic() - live.arrival_s)
+                    self.metrics.request_generation.observe(live.sent)
+                    self.metrics.finished(message[2])
                 self._end(live, Event([], "abort"))
         elif kind == "call":
             _, fn, done = message
@@ -139,6 +150,7 @@ class EngineLoop:
                 self._end(live, Event([], "error", "the engine failed while serving this request"))
             self.driver.close()
             self.driver = self.make_driver()
+            self._remote_bytes_seen = 0
             return
         self.metrics.steps.inc()
         now = time.monotonic()
@@ -199,3 +211,5 @@ class EngineLoop:
         m.kv_usage.set(g.rblocks_used / g.rblocks_capacity if g.rblocks_capacity else 0.0)
         m.lent.set(g.rblocks_lent)
         m.borrowed.set(g.rblocks_borrowed)
+        m.remote_attention_bytes.inc(g.remote_attention_bytes - self._remote_bytes_seen)
+        self._remote_bytes_seen = g.remote_attention_bytes

@@ -61,11 +61,11 @@ class Generation:
     def num_generated(self) -> int:
         return len(self.text.ids)
 
-    def close(self) -> None:
+    def close(self, finished_reason: str | None = None) -> None:
         """Abort the request in the engine unless it ended (idempotent)."""
         if not self.done:
             self.done = True
-            self.server.loop.abort(self.req_id)
+            self.server.loop.abort(self.req_id, finished_reason)
 
     async def pieces(self, request=None):
         """The request's pieces as they come; with `request`, Disconnected when its client goes."""
@@ -94,8 +94,8 @@ class Generation:
             text = self.text.push(event.token_ids, final=event.finish_reason is not None)
             finish = event.finish_reason
             if self.text.stopped:
-                self.close()
                 finish = "stop"
+                self.close(finish)
             self.done = self.done or finish is not None
             yield Piece(text, event.token_ids, finish)
 

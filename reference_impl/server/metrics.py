@@ -46,9 +46,12 @@ class ServerMetrics:
         self.lent = gauge("infinite_llm:rblocks_lent", "rBlocks instances hold for requests homed elsewhere.")
         self.borrowed = gauge("infinite_llm:rblocks_borrowed", "rBlocks of requests held by other instances.")
         self.rblocks_used = gauge("infinite_llm:rblocks_used", "rBlocks in use in the cluster.")
+        self.remote_attention_bytes = counter(
+            "infinite_llm:remote_attention_bytes", "DistAttention traffic of decode steps: per layer and remote "
+            "holder of a request's rBlocks, its query out and (out, lse) back (local backend; 0 on Ray).")
         self.gmanager_rounds = counter("infinite_llm:gmanager_rounds", "gManager rounds run.")
         self.steps = counter("infinite_llm:engine_steps", "Engine steps (every instance once).")
-        self.aborted = counter("infinite_llm:requests_aborted", "Requests aborted (client gone or stop string).")
+        self.aborted = counter("infinite_llm:requests_aborted", "Requests aborted (the client went away).")
         self.rejected = counter("infinite_llm:requests_rejected", "Requests refused with 503 (queue full).")
 
     def finished(self, reason: str) -> None:

@@ -37,6 +37,10 @@ def test_stream_disconnect_frees_borrowed_blocks(start_server):
     assert_nothing_held(wait_idle(server))
     assert _counter(server, "infinite_llm:requests_aborted_total") == 1
     assert _counter(server, "infinite_llm:rblocks_borrowed") == 0
+    # decode steps over borrowed rBlocks exchanged queries and partial results: per layer and remote holder,
+    # q and out (heads x head_dim fp32) and lse (heads fp32) of the tiny model (4 layers, 8 heads of 16)
+    remote = _counter(server, "infinite_llm:remote_attention_bytes_total")
+    assert remote > 0 and remote % (4 * (2 * 8 * 16 * 4 + 8 * 4)) == 0
     # the server serves the same request to the end afterwards
     done = httpx.post(server.base_url + "/v1/completions", json=LONG, timeout=60).json()
     assert done["usage"]["completion_tokens"] == 150

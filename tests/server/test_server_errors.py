@@ -99,4 +99,5 @@ def test_metrics_names_and_counts(start_server):
     assert float(lines['vllm:e2e_request_latency_seconds_count{model_name="tiny"}']) == 2
     assert float(lines['vllm:inter_token_latency_seconds_count{model_name="tiny"}']) == 2 * len(prompts)
     assert float(lines['vllm:num_requests_running{model_name="tiny"}']) == 0
+    assert float(lines['infinite_llm:remote_attention_bytes_total{model_name="tiny"}']) == 0  # nothing borrowed
     assert_nothing_held(wait_idle(server))
