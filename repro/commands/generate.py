@@ -63,8 +63,7 @@ def check_kv_fits_memory(model_config, instances: int, blocks_per_instance: int,
 def generate(model_spec, instances, blocks_per_instance, block_size, prompt_texts, prompt_ids, prompt_len,
              max_new_tokens, no_pooling, ignore_eos, seed, device, temperature, top_p, sampling_seed, as_json, backend,
              address, ray_cpus, gpus_per_instance):
-    """Generation on the engine; prints the tokens (and text), where each request's rBlocks ended up, the wall time
-    and tok/s.
+    """Generation on the engine: the tokens (and text), where each request's rBlocks ended up, wall time and tok/s.
 
     Greedy unless --temperature > 0. --seed seeds the tiny model's weights, the --prompt-len prompt and the engine's
     sampler; --sampling-seed gives each request its own draws instead. With a small --blocks-per-instance the KV
