@@ -16,7 +16,8 @@ COMMANDS = {
     "figures": ("repro.commands.figures:figures",
                 "The figure set at once: its simulated points on one sweep, every figure, and the report."),
     "generate": ("repro.commands.generate:generate",
-                 "Greedy generation on the local backend; prints the tokens and where each request's rBlocks ended up."),
+                 "Generation on the engine: the tokens (and text), where each request's rBlocks ended up, wall time "
+                 "and tok/s."),
     "plot": ("repro.commands.plot:plot", "Draw figures (PNG and PDF) from saved results only."),
     "profile": ("repro.commands.profile:profile",
                 "Measure the cost model's inputs on this machine and write them in the calibration format."),

@@ -126,9 +126,12 @@ def claims(results) -> list[ClaimRow]:
 
 
 def plot(results, figures_dir) -> list[str]:
+    from repro.experiments.e2e_figures import plot_latency
     from repro.framework.figures import main_result
     from repro.serving.plots import plot_curves
-    return plot_curves(main_result(_not_vllm(results))["data"]["groups"], figures_dir, "infinite-llm-fig", "trace")
+    result = main_result(_not_vllm(results))
+    written = plot_curves(result["data"]["groups"], figures_dir, "infinite-llm-fig", "trace")
+    return written + (plot_latency(result, figures_dir) if result["params"]["backend"] == "sim" else [])
 
 
 def _not_vllm(results):

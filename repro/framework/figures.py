@@ -25,11 +25,13 @@ def new_figure(ncols: int = 1, width_in: float = 5.0, height_in: float = 3.6):
     return fig, list(axes[0])
 
 
-def save(fig, figures_dir: str, name: str, *, close: bool = True) -> list[str]:
-    """Write figures_dir/name.png and .pdf (temp file + rename each); returns the paths."""
+def save(fig, figures_dir: str, name: str, *, close: bool = True, layout: bool = True) -> list[str]:
+    """Write figures_dir/name.png and .pdf (temp file + rename each); returns the paths. `layout=False`: the caller
+    laid the figure out already (e.g. leaving room for a suptitle)."""
     directory = Path(figures_dir)
     directory.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    if layout:
+        fig.tight_layout()
     written = []
     for ext in ("png", "pdf"):
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=f".{ext}")

@@ -77,3 +77,57 @@ def test_corrupt_weights(tmp_path, capsys):
     (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
     err = run_failing(["--model", str(tmp_path), "--prompt-ids", "1"], capsys)
     assert err.startswith("error: cannot read") and len(err.splitlines()) == 1
+
+
+def test_text_prompts_go_through_the_model_folders_tokenizer(capsys):
+    from reference_impl.model.resolve import model_folder
+    from reference_impl.model.tokenizer import load_tokenizer
+    tok = load_tokenizer(model_folder("tiny"))
+    texts = ["Hello there", "The cat sat"]
+    got = run_json([*(a for t in texts for a in ("--prompt", t)), "--max-new-tokens", "4"], capsys)
+    ids = run_json([*(a for t in texts for a in ("--prompt-ids", ",".join(map(str, tok.encode(t))))),
+                    "--max-new-tokens", "4"], capsys)
+    assert got["token_ids"] == ids["token_ids"] and "text" not in ids
+    assert got["text"] == [tok.decode(t) for t in got["token_ids"]]
+    assert got["wall_s"] > 0 and got["output_tok_s"] == pytest.approx(8 / got["wall_s"])
+
+
+def test_sampling_options(capsys):
+    common = ["--prompt-ids", "5,6,7,8", "--prompt-ids", "400,3", "--max-new-tokens", "5"]
+    greedy = run_json(common, capsys)["token_ids"]
+    # top-p below the largest probability keeps only the most probable token: greedy again
+    assert run_json([*common, "--temperature", "1.5", "--top-p", "1e-9"], capsys)["token_ids"] == greedy
+    sampled = run_json([*common, "--temperature", "2", "--sampling-seed", "1"], capsys)["token_ids"]
+    assert sampled != greedy
+    alone = run_json(["--prompt-ids", "400,3", "--max-new-tokens", "5", "--temperature", "2", "--sampling-seed", "1"],
+                     capsys)["token_ids"]
+    assert alone == sampled[1:]  # a seeded request's draws do not depend on its batch
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--prompt-ids", "1", "--backend", "ray", "--temperature", "1"], "--backend ray decodes greedily"),
+    (["--prompt", "hi", "--model", "device-time:5ms"], "--prompt needs a tokenizer"),
+    (["--prompt", "hi", "--prompt-ids", "1"], "give one of --prompt"),
+    (["--prompt-ids", "1", "--gpus-per-instance", "1"], "--gpus-per-instance is for --backend ray"),
+    (["--prompt-ids", "1", "--top-p", "0"], "--top-p"),
+])
+def test_bad_generation_options_are_one_line(capsys, argv, expected):
+    err = run_failing(argv, capsys)
+    assert expected in err and len(err.splitlines()) == 1
+
+
+def test_cuda_without_a_device_is_one_line(capsys):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here")
+    err = run_failing(["--prompt-ids", "1", "--device", "cuda"], capsys)
+    assert "no CUDA device" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.gpu
+def test_cuda_gives_the_cpus_greedy_tokens(capsys):
+    common = ["--prompt", "Hello there", "--prompt-ids", "5,6,7,8", "--max-new-tokens", "12", "--instances", "2",
+              "--blocks-per-instance", "2", "--block-size", "4"]
+    cpu = run_json(common, capsys)
+    gpu = run_json([*common, "--device", "cuda"], capsys)
+    assert gpu["token_ids"] == cpu["token_ids"] and gpu["text"] == cpu["text"]

@@ -145,7 +145,16 @@ async def design_group(g: CurveGroup, seeds: tuple[int, ...], sweep) -> dict:
 
 def plot(results, figures_dir) -> list[str]:
     from repro.experiments.designs.figure import plot_designs
-    return plot_designs(results, figures_dir)
+    from repro.framework.figures import main_result
+    from repro.serving.latency_figures import latency_vs_rate
+    result = main_result(results)
+    groups, written = result["data"]["groups"], plot_designs(results, figures_dir)
+    for panel in sorted({g["panel"] for g in groups}):
+        chosen = [g for g in groups if g["panel"] == panel]
+        written += latency_vs_rate(chosen, figures_dir, f"designs-latency-{panel}",
+                                   f"every design on Fig {panel}'s groups, {result['run_id']}: median over "
+                                   f"{len(result['data']['seeds'])} seeds, band min-max")
+    return written
 
 
 EXPERIMENT = Experiment("designs", ("designs: Infinite-LLM beside the other designs on the Fig 10 groups",),
