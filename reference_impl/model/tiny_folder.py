@@ -70,16 +70,17 @@ def hf_config(c: ModelConfig) -> dict:
             "max_position_embeddings": 4096, "torch_dtype": "float32"}
 
 
-def write_tiny_folder(folder: Path) -> None:
-    """Write the tiny model folder's files into `folder` (which exists)."""
+def write_tiny_folder(folder: Path, config: ModelConfig = TINY) -> None:
+    """Write the tiny model folder's files into `folder` (which exists); `config` another shape of it (vLLM's CPU
+    attention needs head_dim 32: baselines/real_vllm/model.py TINY_VLLM)."""
     from safetensors.torch import save_file
 
-    model = random_model(TINY, seed=0)
+    model = random_model(config, seed=0)
     save_file({k: v.contiguous() for k, v in model.w.items()}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps(hf_config(TINY), indent=1, sort_keys=True))
-    tok = train_tokenizer(TINY.vocab_size)
-    if tok.get_vocab_size() != TINY.vocab_size:
-        raise RuntimeError(f"the tiny tokenizer has {tok.get_vocab_size()} tokens, the model {TINY.vocab_size}")
+    (folder / "config.json").write_text(json.dumps(hf_config(config), indent=1, sort_keys=True))
+    tok = train_tokenizer(config.vocab_size)
+    if tok.get_vocab_size() != config.vocab_size:
+        raise RuntimeError(f"the tiny tokenizer has {tok.get_vocab_size()} tokens, the model {config.vocab_size}")
     tok.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps({
         "bos_token": "<s>", "eos_token": "</s>", "chat_template": CHAT_TEMPLATE,

@@ -20,6 +20,9 @@ BENCHMARKS = {
               "Replay a trace or dataset against any OpenAI-compatible endpoint with streaming, by the simulator's "
               "curve method: the serving-point records, and TTFT, TPOT, ITL, e2e (p50, p99), output tok/s and goodput "
               "under the SLO given."),
+    "serve-plot": ("repro.commands.bench_serve:bench_serve_plot",
+                   "Draw `repro bench serve` records side by side (steady output tok/s, p50 TTFT and TPOT against the "
+                   "offered rate) and print the ratios of the first record to each other one."),
     "sweep": ("repro.commands.bench_sweep:bench_sweep",
               "Per-point overhead of simulated points on Ray against the local pool (1 and 2 workers), and the quick "
               "figure set's task graph scheduled on 16, 64 and 256 cores."),

@@ -1,3 +1,4 @@
+import json
 import math
 import time
 from functools import partial
@@ -167,3 +168,63 @@ def _echo_table(reports: list[dict]) -> None:
         rate = r["rate_per_s"] if isinstance(r["rate_per_s"], str) else f"{r['rate_per_s']:.4g}"
         click.echo(f"{rate:>8} {r['seed']:>4} {r['num_finished']:>6} {ms(r['ttft_ms']):>17} {ms(r['tpot_ms']):>13} "
                    f"{ms(r['itl_ms']):>13} {ms(r['e2e_ms']):>15} {r['output_tok_s']:>9.1f} {r['goodput_req_s']:>9.2f}")
+
+
+def _series(record: dict, key):
+    """(system, [(rate, value)]) of one `bench serve` record, rates ascending (inf last); `key(point, report)`."""
+    group = record["groups"][0]
+    reports = {(r["rate_per_s"] if isinstance(r["rate_per_s"], str) else float(r["rate_per_s"]), r["seed"]): r
+               for r in record["reports"]}
+    rows = []
+    for p in group["points"]:
+        rate = p["rate_per_s"]
+        report = reports.get(("inf" if math.isinf(rate) else float(rate), p["seed"]))
+        if report is not None:
+            rows.append((rate, key(p, report)))
+    return group["points"][0]["system"], sorted(rows, key=lambda r: r[0])
+
+
+@click.command("serve-plot")
+@click.argument("records", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--figures-dir", default="figures", show_default=True)
+@click.option("--name", default="serve-http", show_default=True, help="Figure file name (png and pdf).")
+def bench_serve_plot(records, figures_dir, name):
+    """Draw `repro bench serve` records side by side (steady output tok/s, p50 TTFT and TPOT against the offered
+    rate) and print the ratios of the first record to each other one."""
+    from repro.framework.figures import new_figure, save
+    from repro.serving.plots import PALETTE
+
+    loaded = [json.loads(open(path).read()) for path in records]
+    finite = [p["rate_per_s"] for r in loaded for p in r["groups"][0]["points"] if math.isfinite(p["rate_per_s"])]
+    burst_x = 2 * max(finite) if finite else 1.0
+    panels = [("steady output tok/s", lambda p, r: p["steady_output_tok_s"]),
+              ("TTFT p50 (ms)", lambda p, r: r["ttft_ms"]["p50"]), ("TPOT p50 (ms)", lambda p, r: r["tpot_ms"]["p50"])]
+    fig, axes = new_figure(len(panels), 3.4, 2.8)
+    for ax, (label, key) in zip(axes, panels):
+        for i, record in enumerate(loaded):
+            system, rows = _series(record, key)
+            xs = [burst_x if math.isinf(rate) else rate for rate, _ in rows]
+            ax.plot(xs, [v for _, v in rows], marker="o", ms=3, lw=1, color=PALETTE.get(system),
+                    label=f"{system} ({record['base_url']})" if i < 2 else system)
+        ax.set_xscale("log")
+        ticks = sorted(set(finite)) + [burst_x]
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks[:-1]] + ["burst"])
+        ax.minorticks_off()
+        ax.set_xlabel("offered request rate (req/s; burst: all at once)", fontsize=7)
+        ax.set_ylabel(label, fontsize=7)
+        ax.tick_params(labelsize=6)
+    axes[0].legend(fontsize=5)
+    g = loaded[0]["groups"][0]
+    fig.suptitle(f"trace {g.get('trace_id', g.get('dataset_id'))} over HTTP, model {g['model']}", fontsize=8)
+    for path in save(fig, figures_dir, name):
+        click.echo(f"wrote {path}")
+    first = loaded[0]
+    for other in loaded[1:]:
+        a, b = first["groups"][0]["max_tput_tok_s"], other["groups"][0]["max_tput_tok_s"]
+        (sa, va), (sb, vb) = next(iter(a.items())), next(iter(b.items()))
+        click.echo(f"max throughput {sa} / {sb}: {max(va):.1f} / {max(vb):.1f} tok/s = {max(va) / max(vb):.2f}x")
+        for label, key in panels[1:]:
+            ra, rb = dict(_series(first, key)[1]), dict(_series(other, key)[1])
+            ratios = ", ".join(f"{'burst' if math.isinf(rate) else f'{rate:g}/s'} {ra[rate] / rb[rate]:.2f}x"
+                               for rate in sorted(set(ra) & set(rb)) if ra[rate] and rb[rate])
+            click.echo(f"{label} {sa} / {sb}: {ratios}")

@@ -40,3 +40,18 @@ def test_bench_serve_on_our_server(start_server, repro_cli, tmp_path):
 def test_bench_serve_unreachable_is_one_line(repro_cli):
     code, _, err = repro_cli(["bench", "serve", "--base-url", "http://127.0.0.1:1", "--rates", "1"])
     assert code == 2 and "GET /v1/models failed" in err and len(err.strip().splitlines()) == 1
+
+
+def test_serve_plot_of_a_record_beside_itself(repro_cli, tmp_path):
+    record = {"base_url": "http://x", "groups": [{"trace_id": 1, "model": "tiny", "max_tput_tok_s": {"vllm-s": [90.0]},
+                                                  "points": [{"system": "vllm-s", "rate_per_s": r, "seed": 0,
+                                                              "steady_output_tok_s": v}
+                                                             for r, v in ((2.0, 40.0), (float("inf"), 90.0))]}],
+              "reports": [{"rate_per_s": r, "seed": 0, "ttft_ms": {"p50": t}, "tpot_ms": {"p50": 2.0}}
+                          for r, t in ((2.0, 10.0), ("inf", 30.0))]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(record).replace("Infinity", "1e999"))
+    code, out, err = repro_cli(["bench", "serve-plot", str(path), str(path), "--figures-dir", str(tmp_path)])
+    assert code == 0, err
+    assert (tmp_path / "serve-http.png").is_file() and "90.0 / 90.0 tok/s = 1.00x" in out
+    assert "TTFT p50 (ms) vllm-s / vllm-s: 2/s 1.00x, burst 1.00x" in out
