@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.vllm,
 
 def _generated(server) -> float:
     text = httpx.get(server.base_url + "/metrics").text
-    return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith("vllm:generation_tokens_total{"))
+    return next(float(line.split()[-1]) for line in text.splitlines()
+                if line.startswith("vllm:generation_tokens_total{"))
 
 
 def test_vllm_bench_serve_against_our_server(start_server, tiny_dir, repro_cli, tmp_path):
@@ -42,5 +43,6 @@ def test_vllm_bench_serve_against_our_server(start_server, tiny_dir, repro_cli, 
     assert code == 0, err
     ours = json.loads((tmp_path / "ours.json").read_text())["reports"][0]
     print(f"vllm bench serve: mean TTFT {printed['Mean TTFT (ms)']} ms, mean TPOT {printed['Mean TPOT (ms)']} ms; "
-          f"repro bench serve (trace 1): p50 TTFT {ours['ttft_ms']['p50']:.1f} ms, p50 TPOT {ours['tpot_ms']['p50']:.1f}")
+          f"repro bench serve (trace 1): p50 TTFT {ours['ttft_ms']['p50']:.1f} ms, "
+          f"p50 TPOT {ours['tpot_ms']['p50']:.1f} ms")
     assert ours["num_errors"] == 0 and float(printed["Mean TTFT (ms)"]) > 0
