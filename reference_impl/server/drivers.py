@@ -133,8 +133,8 @@ class RayDriver:
     def gauges(self) -> Gauges:
         snaps = self.engine.snapshots.values()
         capacity = self.engine.config.blocks_per_instance_total * len(self.engine.actors)
-        return Gauges(sum(s.get("num_running", 0) for s in snaps), sum(s.get("num_waiting", 0) for s in snaps),
-                      sum(s.get("num_used", 0) for s in snaps), capacity, 0, 0)
+        return Gauges(sum(s.num_running for s in snaps), sum(s.num_waiting for s in snaps),
+                      sum(s.num_used for s in snaps), capacity, 0, 0)
 
     def stats(self, num_live: int) -> EngineStats:
         self.engine.delivered()

@@ -95,10 +95,14 @@ class EngineLoop:
     # --- the loop's thread
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._drain(block=not self.driver.has_work)
-            if self.driver.has_work:
-                self._step()
-            self._gauges()
+            try:
+                self._drain(block=not self.driver.has_work)
+                if self.driver.has_work:
+                    self._step()
+                self._gauges()
+            except Exception:  # the thread must outlive any one failure (a failed step is handled in _step)
+                log.exception("engine loop: an iteration failed; serving goes on")
+                time.sleep(self.idle_wait_s)
 
     def _drain(self, block: bool) -> None:
         try:

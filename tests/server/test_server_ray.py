@@ -17,10 +17,10 @@ LONG = {"model": "tiny", "prompt": [(7 * i) % 500 + 2 for i in range(100)], "max
 
 def test_ray_backend_serves_and_aborts(start_server, tiny_model):
     server = start_server(backend="ray", num_instances=2, blocks_per_instance=8, block_size=16)
-    r = httpx.post(server.base_url + "/v1/completions", json=LONG, timeout=120).json()
+    r = httpx.post(server.base_url + "/v1/completions", json=LONG, timeout=300).json()
     expected = generate(tiny_model, [LONG["prompt"]], 150, EngineConfig(block_size=16), ignore_eos=True)
     assert r["choices"][0]["token_ids"] == expected.token_ids[0]
-    with httpx.Client(base_url=server.base_url, timeout=120) as client:
+    with httpx.Client(base_url=server.base_url, timeout=300) as client:
         with client.stream("POST", "/v1/completions", json=LONG | {"stream": True}) as stream:
             for n, _ in enumerate(stream.iter_lines()):
                 if n == 10:
