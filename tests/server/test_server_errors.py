@@ -101,3 +101,25 @@ def test_metrics_names_and_counts(start_server):
     assert float(lines['vllm:num_requests_running{model_name="tiny"}']) == 0
     assert float(lines['infinite_llm:remote_attention_bytes_total{model_name="tiny"}']) == 0  # nothing borrowed
     assert_nothing_held(wait_idle(server))
+
+
+def test_engine_failures_do_not_stop_the_server(start_server):
+    server = start_server()
+    loop = server.server.loop
+
+    def break_once(driver, name):
+        real = getattr(driver, name)
+
+        def broken(*args):
+            setattr(driver, name, real)
+            raise RuntimeError(f"injected failure of {name}")
+        setattr(driver, name, broken)
+
+    loop.call(lambda d: break_once(d, "gauges")).result(10)  # an iteration fails: logged, the thread goes on
+    assert _post(server, "/v1/completions", json=GOOD).status_code == 200
+    loop.call(lambda d: break_once(d, "step")).result(10)  # a step fails: its request gets a 500, a fresh engine
+    failed = _post(server, "/v1/completions", json=GOOD)
+    assert failed.status_code == 500 and failed.json()["error"]["code"] == 500
+    assert _post(server, "/v1/completions", json=GOOD).status_code == 200
+    assert httpx.get(server.base_url + "/health").status_code == 200
+    assert_nothing_held(wait_idle(server))
