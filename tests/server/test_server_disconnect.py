@@ -7,7 +7,7 @@ import httpx
 from reference_impl.model.device_time import DeviceTimeModel
 from reference_impl.server.config import ServedModel, ServerConfig, max_model_len
 
-from tests.server.conftest import assert_nothing_held, wait_idle
+from server_helpers import assert_nothing_held, wait_idle
 
 # 2 instances of 8 rBlocks of 16 tokens: a request of 100 + 150 tokens must borrow from the other instance
 SMALL = {"num_instances": 2, "blocks_per_instance": 8, "block_size": 16}

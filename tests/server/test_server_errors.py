@@ -8,7 +8,7 @@ import pytest
 
 from reference_impl.server.config import ServedModel
 from reference_impl.model.tokenizer import TextTokenizer
-from tests.server.conftest import assert_nothing_held, wait_idle
+from server_helpers import assert_nothing_held, wait_idle
 
 GOOD = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 3, "temperature": 0}
 

@@ -5,7 +5,7 @@ import pytest
 
 from reference_impl.backends.local import generate
 from reference_impl.control.engine import EngineConfig
-from tests.server.conftest import assert_nothing_held, wait_idle
+from server_helpers import assert_nothing_held, wait_idle
 
 openai = pytest.importorskip("openai")
 PROMPT = "tell me about the cache of every instance"

@@ -9,7 +9,7 @@ import numpy as np
 
 from reference_impl.backends.local import generate
 from reference_impl.control.engine import EngineConfig
-from tests.server.conftest import assert_nothing_held, wait_idle
+from server_helpers import assert_nothing_held, wait_idle
 
 NUM_REQUESTS = 240
 NUM_CLIENTS = 12
