@@ -344,3 +344,28 @@ def test_chunked_prefill_is_refused_with_the_local_engines_message():
     with pytest.raises(InputError, match="chunked prefill runs on the sim backend only"):
         RayEngine(EngineConfig(2, 8, block_size=4, chunked_prefill_tokens=8), MODEL)
     assert "--chunked-prefill-tokens" in CHUNKED_SIM_ONLY
+
+
+def test_lamina_offloading_on_ray_matches_one_instance():
+    """Lamina on the Ray backend (systems/lamina/local.py's Placement, handed to every instance actor): requests on
+    the two compute instances, which hold no KV; every rBlock on the two memory instances, which compute its
+    attention; the tokens of one local instance."""
+    from reference_impl.systems.lamina.local import lamina_engine_config, offload_placement
+
+    config = lamina_engine_config(EngineConfig(4, 16, block_size=4, seed=3))
+    engine = RayEngine(config, MODEL, RayConfig(), placement=offload_placement(2))
+    holders = set()
+
+    def watch(engine):
+        holders.update(e.inst_id for s in engine.snapshots.values() for e in s.entries if e.num_blocks)
+    try:
+        seqs = [Sequence(i, list(p), NUM_NEW) for i, p in enumerate(PROMPTS)]
+        for seq in seqs:
+            engine.add_request(seq, seq.req_id % 2)
+        engine.run(on_poll=watch)
+        want = local_generate(MODEL, PROMPTS, NUM_NEW, EngineConfig(1, 64, block_size=4), ignore_eos=True)
+        assert [s.output_ids for s in seqs] == want.token_ids
+        assert holders and holders <= {2, 3}  # KV only ever on the memory instances
+        assert_idle(engine)
+    finally:
+        engine.shutdown()

@@ -26,6 +26,7 @@ from reference_impl.backends.ray.peer_messages import PeerMessage
 from reference_impl.backends.ray.serve import InTurn, PartnerWork, serve
 from reference_impl.backends.ray.snapshot import BROKEN, Snapshot
 from reference_impl.control.engine import EngineConfig
+from reference_impl.control.placement import Placement
 from reference_impl.control.protocol import MoveKVCache, Swap
 from reference_impl.control.rblock import RBlock
 from reference_impl.control.sequence import Sequence
@@ -91,7 +92,7 @@ class PeerRequests:
 @ray.remote(max_concurrency=MAX_CONCURRENCY)
 class InstanceActor:
     def __init__(self, inst_id: int, model, config: EngineConfig, device: str = "cpu",
-                 heartbeat_interval_s: float = 0.0):
+                 heartbeat_interval_s: float = 0.0, placement: Placement = Placement()):
         torch.set_num_threads(int(os.environ.get("REPRO_RAY_TORCH_THREADS", "1")))
         # a debtor's step waits on the thread serving it here: let it take the GIL from the loop sooner than
         # Python's default 5 ms
@@ -101,6 +102,7 @@ class InstanceActor:
             model = model.to(device)  # (LlamaModel.to: the weights on this actor's GPU)
         self.inst_id = inst_id
         self.heartbeat_interval_s = heartbeat_interval_s
+        self.placement = placement  # a design's placement rules (control/placement.py), given to the instance
         self.config = config
         self.model = model
         self.device = torch.device(device)
@@ -120,7 +122,7 @@ class InstanceActor:
     def start(self, handles: dict, gmanager, spec: GroupSpec) -> None:
         """Join the data plane and start the loop; every member is started at once (the group forms)."""
         self.loop = InstanceLoop(self.inst_id, self.config, self.model, self.caches, self.device, gmanager, handles,
-                                 self.heartbeat_interval_s)
+                                 self.heartbeat_interval_s, self.placement)
         self.requests = PeerRequests(self.loop)
         plane = self.make_plane(spec)
         self.thread = threading.Thread(target=self.loop.run, args=(plane,), daemon=True)

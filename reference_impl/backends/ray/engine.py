@@ -27,6 +27,7 @@ from reference_impl.backends.ray.stats import LoopStats
 from reference_impl.control.engine import CHUNKED_SIM_ONLY, EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.control.gmanager import GManagerConfig
+from reference_impl.control.placement import Placement
 from reference_impl.model.llama import LlamaModel
 from reference_impl.control.sequence import Sequence, Status, num_blocks_for
 
@@ -39,9 +40,9 @@ class RayEngine:
     """Instances and the gManager as Ray actors; `shutdown()` ends them."""
 
     def __init__(self, config: EngineConfig, model: LlamaModel, ray_config: RayConfig = RayConfig(), *,
-                 gmanager_config: GManagerConfig | None = None, perf_model=None):
+                 gmanager_config: GManagerConfig | None = None, perf_model=None, placement: Placement = Placement()):
         """gmanager_config: the gManager's knobs in place of `config.gmanager`; perf_model: the cost model its
-        Algorithm 1 reads."""
+        Algorithm 1 reads; placement: a design's placement rules, given to every instance as it is built."""
         if config.chunked_prefill_tokens is not None:
             raise InputError(CHUNKED_SIM_ONLY)
         self.config = config
@@ -72,7 +73,8 @@ class RayEngine:
         self.actors = {i: InstanceActor.options(
             num_cpus=rc.cpus_per_instance, num_gpus=rc.gpus_per_instance,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
-        ).remote(i, model_ref, config, device, rc.gmanager_interval_s / 2) for i in range(config.num_instances)}
+        ).remote(i, model_ref, config, device, rc.gmanager_interval_s / 2, placement)
+            for i in range(config.num_instances)}
         gm_config = config if gmanager_config is None else replace(config, gmanager=gmanager_config)
         interval_s = rc.gmanager_interval_s if config.pooling and config.gmanager_interval_steps else 0.0
         self.gm_actor = GManagerActor.options(max_restarts=-1, num_cpus=0).remote(

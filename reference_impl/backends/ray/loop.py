@@ -34,20 +34,22 @@ from reference_impl.backends.ray.rejoin import rejoin
 from reference_impl.backends.ray.snapshot import BROKEN, HELD, REFORMING, RUNNING, STOPPED, Snapshot
 from reference_impl.backends.ray.stats import LoopStats
 from reference_impl.control.instance import Instance
+from reference_impl.control.placement import Placement
 from reference_impl.control.protocol import MoveKVCache, Swap
 from reference_impl.control.sequence import Status
 
 
 class InstanceLoop(Owned):
     def __init__(self, inst_id: int, config, model, caches: dict, device, gmanager, handles: dict,
-                 heartbeat_interval_s: float = 0.0):
+                 heartbeat_interval_s: float = 0.0, placement: Placement = Placement()):
         """caches: tier -> (k, v) of this instance; handles: inst_id -> actor handle of every instance;
-        heartbeat_interval_s: the least time between two heartbeats (the gManager's rounds need no more)."""
+        heartbeat_interval_s: the least time between two heartbeats (the gManager's rounds need no more);
+        placement: a design's placement rules for this instance (control/placement.py)."""
         self.inst_id, self.config, self.model, self.caches, self.device = inst_id, config, model, caches, device
         self.handles = dict(handles)
         self.mailbox, self.outbox = Mailbox(), Outbox()
         self.stats = LoopStats()
-        self.instance = Instance.build(inst_id, config, self.recommend)
+        self.instance = Instance.build(inst_id, config, self.recommend, placement=placement)
         self.rm, self.scheduler = self.instance.rm, self.instance.scheduler
         for i, handle in sorted(handles.items()):
             if i != inst_id:

@@ -1,10 +1,12 @@
-"""Lamina's attention offloading run for real on the local engine (real model, real KV): compute instances hold the
-weights and hold no KV (a pool of none), memory instances stand in for Lamina's memory devices: they hold every
-request's KV and compute its attention, the compute instance merging their partials; which is DistAttention's
-remote path (a debtor whose KV is all on creditors: MicroAttention there, ScaleReduce at home). Requests go to the
-compute instances only (the least loaded); memory instances serve no request of their own. No gManager rounds and no
-retrieval: KV never comes home. Greedy tokens equal one instance's. Not modelled here: Lamina's rotational
-pipelining of micro-batches (the local engine steps its instances one after another)."""
+"""Lamina's attention offloading run for real on the engine (real model, real KV; the local backend here, the Ray
+backend with the same Placement): compute instances hold the weights and no KV (a pool of none), memory instances
+stand in for Lamina's memory devices: they hold every request's KV and compute its attention, the compute instance
+merging their partials; which is DistAttention's remote path (a debtor whose KV is all on creditors: MicroAttention
+there, ScaleReduce at home). Requests go to the compute instances only (the least loaded); the gManager recommends
+where their rBlocks go; memory instances serve no request of their own. No gManager rounds and no retrieval: KV
+never comes home. Greedy tokens equal one instance's. Not run: Lamina's rotational pipelining of micro-batches."""
+from functools import partial
+
 from reference_impl.control.engine import Engine, EngineConfig
 from reference_impl.control.placement import Placement
 from reference_impl.control.sequence import Sequence
@@ -18,18 +20,26 @@ def lamina_engine_config(config: EngineConfig) -> EngineConfig:
     return replace(config, pooling=True, gmanager_interval_steps=0, dgfm=False)
 
 
-def offload_placement(num_compute: int, num_instances: int, engine_of) -> Placement:
-    """Compute instances (ids below `num_compute`) hold no rBlocks; every rBlock of theirs goes to the memory
-    instance with the most free room (ties: the lowest id), and none comes home. `engine_of()`: the engine, once
-    built (the rules are given to its constructor)."""
-    memory = list(range(num_compute, num_instances))
+def _compute_holds_none(num_compute: int, inst_id: int) -> int | None:
+    return 0 if inst_id < num_compute else None
 
-    def recommend(debtor: int, num_blocks: int) -> list[int]:
-        rms = engine_of().rmanagers
-        return sorted(memory, key=lambda i: (-rms[i].num_free, i))
 
-    return Placement(recommend=recommend, retrieval=lambda room: 0,
-                     blocks=lambda inst_id: 0 if inst_id < num_compute else None)
+def _never_home(room: int) -> int:
+    return 0
+
+
+def offload_placement(num_compute: int) -> Placement:
+    """Compute instances (ids below `num_compute`) hold no rBlocks: every rBlock of theirs goes where the gManager
+    recommends, a memory instance (the compute instances have no room to lend), and none comes home. Picklable: the
+    Ray backend hands it to its instance actors."""
+    return Placement(retrieval=_never_home, blocks=partial(_compute_holds_none, num_compute))
+
+
+def dispatch_to_compute(instances, seq: Sequence) -> int:
+    """The compute instance (of `instances`) with the fewest requests queued and running (ties: the lowest id)."""
+    inst = min(instances, key=lambda i: (len(i.scheduler.waiting) + len(i.scheduler.running), i.inst_id))
+    inst.scheduler.add(seq)
+    return inst.inst_id
 
 
 def generate_lamina(model, prompts: list[list[int]], max_new_tokens: int, config: EngineConfig, num_compute: int, *,
@@ -45,14 +55,13 @@ def generate_lamina(model, prompts: list[list[int]], max_new_tokens: int, config
     check_prompts(model, prompts)
     config = lamina_engine_config(config)
     engine = Engine(config, LocalBackend(to_device(model, device), config, device=device),
-                    placement=offload_placement(num_compute, config.num_instances, lambda: engine))
+                    placement=offload_placement(num_compute))
     eos = None if ignore_eos else model.config.eos_token_id
     seqs = [Sequence(i, list(p), max_new_tokens, eos) for i, p in enumerate(prompts)]
     compute = engine.instances[:num_compute]
     for seq in seqs:
         config.check_fits(seq)
-        min(compute, key=lambda i: (i.scheduler.num_waiting_blocks + len(i.scheduler.running), i.inst_id)) \
-            .scheduler.add(seq)
+        dispatch_to_compute(compute, seq)
     engine.run()
     result = GenerationResult([s.output_ids for s in seqs], [s.placement for s in seqs], [s.logits for s in seqs],
                               engine.num_steps, sum(s.num_preemptions for s in seqs))
