@@ -86,8 +86,8 @@ def generate(model_spec, instances, blocks_per_instance, block_size, prompt_text
                                f"--backend {backend} decodes greedily")
     if backend == "local" and gpus_per_instance is not None:
         raise click.UsageError("--gpus-per-instance is for --backend ray; use --device cuda for the local backend")
-    if device == "cuda" and backend != "vllm":
-        check_cuda()
+    if device == "cuda" and (backend == "local" or (backend == "ray" and address is None)):
+        check_cuda()  # (a cluster joined with --address may have GPUs this machine lacks)
     tokenizer = text_tokenizer(model_spec) if prompt_texts else None  # text in, text out
     model = resolve_model(model_spec, seed=seed)
     if backend == "local":

@@ -167,7 +167,10 @@ def test_figure_shows_every_group_and_design_and_marks_rejections(quick, tmp_pat
             assert ("rej" in texts[i][j]) == bool(rejects[i, j])
             assert (texts[i][j] == "failed") == (g["designs"][name]["status"] != "ok")
     written = get_experiment("designs").plot([quick], str(tmp_path))
-    assert sorted(p.rsplit(".", 1)[1] for p in written) == ["pdf", "png"]
+    panels = sorted({g["panel"] for g in data["groups"]})
+    assert sorted(p.rsplit("/", 1)[1] for p in written) == sorted(
+        f"{name}.{ext}" for name in ("designs-max-tput", *(f"designs-latency-{panel}" for panel in panels))
+        for ext in ("pdf", "png"))
 
 
 def test_throughput_per_dollar_and_per_accelerator_price_each_cluster_at_lamina_table_1(quick):

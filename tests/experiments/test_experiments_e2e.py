@@ -97,8 +97,9 @@ def test_e2e_quick_validates_plots_and_reports_the_spread(e2e_quick):
     assert {r.claim_id for r in rows} == {"e2e-vs-vllm-m", "e2e-vs-vllm-s"}
     assert all("seeds)" in r.note for r in rows)
     written = exp.plot(load_results(root, exp), str(root / "figures"))
-    assert sorted(p.rsplit("/", 1)[1] for p in written) == [f"infinite-llm-fig10{panel}.{ext}" for panel in "ab"
-                                                            for ext in ("pdf", "png")]
+    assert sorted(p.rsplit("/", 1)[1] for p in written) == sorted(
+        f"infinite-llm-fig{name}.{ext}" for name in ("10a", "10b", "10a-latency", "10b-latency", "10a-serving")
+        for ext in ("pdf", "png"))
 
 
 def test_a_long_group_probes_with_a_prefix_of_its_points_requests():
