@@ -111,7 +111,7 @@ $(VLLM_STAMP):
 	touch $@
 
 test-vllm: $(STAMP) $(VLLM_STAMP)
-	$(BIN)/python -m pytest -q -m vllm tests/real_vllm
+	$(BIN)/python -m pytest -q -m vllm tests/real_vllm tests/server/test_vllm_bench.py
 
 compare-vllm: $(STAMP) $(VLLM_STAMP)
 	$(BIN)/repro compare-vllm
