@@ -115,7 +115,19 @@ class DistStep:
         if plan and inst_id in plan.asks:
             jobs[inst_id] = plan.asks[inst_id]
         self._prepare_compute(jobs)
+        self._prepare_rows(plan)
         self._start_moves([tuple(pair) for pair in pairs], c.num_layers)
+
+    def _prepare_rows(self, plan: HomePlan | None) -> None:
+        """The plan's row lists as index tensors, once a step (each layer indexes with them)."""
+        if plan is None:
+            return
+        dev = self.device
+        index = lambda rows: torch.tensor(rows, dtype=torch.int64, device=dev)  # noqa: E731
+        locations = set(self.creditors) | ({self.inst_id} if self.inst_id in plan.asks else set())
+        self.q_idx = {i: index(plan.q_rows.get(i, [])) for i in locations}
+        self.w_idx = {i: index(plan.w_rows.get(i, [])) for i in locations}
+        self.merge_idx = {i: index(slots) for i, slots in plan.merge_slots.items()}
 
     # --- KV block moves
     def _start_moves(self, pairs: list[Pair], num_layers: int) -> None:
@@ -203,14 +215,14 @@ class DistStep:
         -> attention output [T, Hq, D], or None."""
         self._land_moves(layer)
         plan = self.plan
-        sends = {c: torch.cat([q[plan.q_rows.get(c, [])].flatten(), k[plan.w_rows.get(c, [])].flatten(),
-                               v[plan.w_rows.get(c, [])].flatten()]) for c in self.creditors}
+        sends = {c: torch.cat([q[self.q_idx[c]].flatten(), k[self.w_idx[c]].flatten(), v[self.w_idx[c]].flatten()])
+                 for c in self.creditors}
         recvs = {d: torch.empty(self._query_size(a), dtype=self.dtype, device=self.device)
                  for d, a in self.debtors.items()}
         self._wait(self.plane.post(sends, recvs, tag(self.home, layer, QUERY)))
         inputs = {d: self._unpack_query(msg, self.debtors[d]) for d, msg in recvs.items()}
         if plan and self.inst_id in plan.asks:
-            rows, w = plan.q_rows.get(self.inst_id, []), plan.w_rows.get(self.inst_id, [])
+            rows, w = self.q_idx[self.inst_id], self.w_idx[self.inst_id]
             inputs[self.inst_id] = (q[rows], k[w], v[w])
         answers = self._compute(layer, inputs)
         width = self.hq * self.d + self.hq
@@ -255,8 +267,7 @@ class DistStep:
         num_seqs, num_parts = plan.num_seqs, plan.num_partials
         full_out = torch.zeros(num_parts * num_seqs, self.hq, self.d, device=self.device)
         full_lse = torch.full((num_parts * num_seqs, self.hq), float("-inf"), device=self.device)
-        for inst, slots in plan.merge_slots.items():
-            idx = torch.tensor(slots, device=self.device)
+        for inst, idx in self.merge_idx.items():
             full_out[idx], full_lse[idx] = unpack[inst]
         if num_parts == 1:
             return full_out.to(q.dtype)
