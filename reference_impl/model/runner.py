@@ -48,10 +48,13 @@ class ModelRunner:
     def run(self, seqs, tokens: TokenArrays, attend, graph_rows=None) -> list[int]:
         """The step's next tokens. `graph_rows` (block table, lengths, slots of a decode step whose KV is in the
         graphs' storage) lets a decode step replay a graph; `attend` runs it otherwise."""
-        hidden = None
+        return self.sample(seqs, self.compute(tokens, attend, graph_rows))
+
+    def compute(self, tokens: TokenArrays, attend, graph_rows=None):
+        """The model's part of a step: the last tokens' hidden states, from a graph replay or eagerly."""
         if graph_rows is not None and self.graphs is not None:
             table, lens, slots = (stage(x, self.device) for x in graph_rows)
             hidden = self.graphs.run(*self.inputs(tokens), slots, table, lens)
-        if hidden is None:
-            hidden = self.forward(tokens, attend)
-        return self.sample(seqs, hidden)
+            if hidden is not None:
+                return hidden
+        return self.forward(tokens, attend)

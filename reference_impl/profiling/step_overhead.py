@@ -3,7 +3,7 @@
 The model (random weights, `spec`'s shape) runs in the real `Engine` on the `LocalBackend`, in a closed loop:
 decode steps of a batch of b requests at a fixed context, and prefill steps of k prompts of a typical length
 (the cost model sees a prefill step's tokens, not its prompts: the per-prompt costs are taken at that length). Each step
-is timed, and so is the model's forward pass inside it. Per step:
+is timed, and so is the model's part inside it (`ModelRunner.compute`: the forward pass, or its CUDA-graph replay). Per step:
 
     outside_s  = step - forward: scheduler, heartbeats, gManager, the KV layer's plan, LM head, sampling, Python
     in_layer_s = forward - the cost model's layer terms for that step (the op-level profile: non-attention ops,
@@ -33,10 +33,11 @@ def engine_model_config(spec: ModelSpec, num_layers: int | None = None):
 
 
 class _TimedForward:
-    """Wraps model.forward; `last_s` is the duration of the latest call (synchronised on a GPU)."""
+    """Wraps a backend's model part (`ModelRunner.compute`: a CUDA-graph replay or the eager forward); `last_s` is
+    the duration of the latest call (synchronised on a GPU)."""
 
-    def __init__(self, model, device: torch.device, now=time.perf_counter):
-        self.forward, self.device, self.now, self.last_s = model.forward, device, now, 0.0
+    def __init__(self, device: torch.device, now=time.perf_counter):
+        self.forward, self.device, self.now, self.last_s = None, device, now, 0.0
 
     def __call__(self, *args):
         _sync(self.device)
@@ -68,14 +69,15 @@ def measure_overhead(spec: ModelSpec, layers, *, batches, prompt_len: int, prefi
     each with its two parts} in seconds
     per step. `layers`: the cost model of the op-level profile (a PerfModel without step overhead)."""
     model = random_model(engine_model_config(spec), seed, dtype, device)
-    timer = _TimedForward(model, device, now)
-    model.forward = timer
+    timer = _TimedForward(device, now)
     block_size = EngineConfig().block_size
     rng = np.random.default_rng(seed)
 
     def engine_for(num_blocks: int, max_batch: int) -> Engine:
         config = EngineConfig(1, num_blocks, max_batch_size=max_batch, seed=seed)
-        return Engine(config, LocalBackend(model, config, device=device))
+        backend = LocalBackend(model, config, device=device)
+        timer.forward, backend.runner.compute = backend.runner.compute, timer
+        return Engine(config, backend)
 
     decode = []  # (outside_s, in_layer_s) medians per batch
     for b in batches:
