@@ -75,6 +75,8 @@ class StepKV:
         self.num_tokens = np.asarray(num_tokens, np.int64)
         self.num_new = np.asarray(num_new, np.int64)
         self.num_seqs = len(self.num_tokens)
+        self.writes = self.decode_parts = None  # tensors, staged at the first `attend` (a graph replay needs none)
+        self._lent_parts = None  # an earlier step's decode tensors whose tables and rows this plan shares
         self._plan_writes()
         if is_prefill:
             self._plan_prefill()
@@ -100,7 +102,6 @@ class StepKV:
                 continue
             rows = np.flatnonzero(keys == key)
             self.write_plan.append((key, rows, slots[rows]))
-        self._stage_writes()
 
     def _stage_writes(self):
         self.writes = [(key, None if rows is None else self._tensor(rows), self._tensor(slots))
@@ -152,14 +153,13 @@ class StepKV:
             table[in_key, col[key == k]] = address[key == k]
             last = last_row[row_key[last_row] == k] - mine[0]
             self.part_plan.append((k, table, row_len[mine].astype(np.int32), row_seq[mine], slots[mine], last))
-        self._stage_decode()
 
-    def _stage_decode(self, previous=None):
-        """The decode plan's tensors; `previous` parts (an earlier step's) lend their unchanged tables and rows."""
+    def _stage_decode(self):
+        """The decode plan's tensors; an earlier step's parts (`_lent_parts`) lend their unchanged tables and rows."""
         parts = []
         for i, (k, table, lens, q_rows, slots, _) in enumerate(self.part_plan):
-            if previous:
-                _, table_t, _, q_rows_t, slots_t = previous[i]
+            if self._lent_parts:
+                _, table_t, _, q_rows_t, slots_t = self._lent_parts[i]
             else:
                 table_t, q_rows_t, slots_t = self._tensor(table), self._tensor(q_rows), self._tensor(slots)
             parts.append((k, table_t, self._tensor(lens), q_rows_t, slots_t))
@@ -175,13 +175,13 @@ class StepKV:
         step = copy.copy(self)
         step.num_tokens = num_tokens
         step.write_plan = [(key, rows, slots + 1) for key, rows, slots in self.write_plan]
-        step._stage_writes()
+        step.writes = step.decode_parts = None
+        step._lent_parts = self.decode_parts or self._lent_parts
         step.part_plan = []
         for key, table, lens, q_rows, slots, last in self.part_plan:
             lens = lens.copy()
             lens[last] += 1
             step.part_plan.append((key, table, lens, q_rows, slots, last))
-        step._stage_decode(self.decode_parts)
         return step
 
     def _plan_prefill(self):
@@ -219,6 +219,10 @@ class StepKV:
 
     def attend(self, layer: int, q, k, v):
         """q [T, Hq, D], k/v [T, Hkv, D] of this step's tokens -> attention output [T, Hq, D]."""
+        if self.writes is None:
+            self._stage_writes()
+            if not self.is_prefill:
+                self._stage_decode()
         key_caches = self.locations.key_caches
         for key, rows, slots in self.writes:
             k_cache, v_cache = key_caches[key]
