@@ -162,19 +162,19 @@ class LlamaModel:
         x = w["model.embed_tokens.weight"][input_ids]
         cos, sin = self.rope(positions)
         num_tokens = input_ids.shape[0]
-        q_size, kv_size = c.hidden_size, c.num_kv_heads * c.head_dim
+        sizes = [c.hidden_size, c.num_kv_heads * c.head_dim, c.num_kv_heads * c.head_dim]
         for i, (qkv_w, gate_up_w) in enumerate(self.fused):
             p = f"model.layers.{i}."
             h = rms_norm(x, w[p + "input_layernorm.weight"], c.rms_norm_eps)
-            qkv = h @ qkv_w.T
-            q = qkv[:, :q_size].view(num_tokens, c.num_heads, c.head_dim)
-            k = qkv[:, q_size:q_size + kv_size].view(num_tokens, c.num_kv_heads, c.head_dim)
-            v = qkv[:, q_size + kv_size:].view(num_tokens, c.num_kv_heads, c.head_dim)
+            q, k, v = (h @ qkv_w.T).split_with_sizes(sizes, -1)  # (Tensor.split is Python; this is not)
+            q = q.view(num_tokens, c.num_heads, c.head_dim)
+            k = k.view(num_tokens, c.num_kv_heads, c.head_dim)
+            v = v.view(num_tokens, c.num_kv_heads, c.head_dim)
             attn = attend(i, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
             x = x + attn.reshape(num_tokens, -1) @ w[p + "self_attn.o_proj.weight"].T
             h = rms_norm(x, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
-            gate_up = h @ gate_up_w.T
-            x = x + (F.silu(gate_up[:, :c.intermediate_size]) * gate_up[:, c.intermediate_size:]) @ w[p + "mlp.down_proj.weight"].T
+            gate, up = (h @ gate_up_w.T).chunk(2, -1)
+            x = x + (F.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
         return rms_norm(x, w["model.norm.weight"], c.rms_norm_eps)
 
     def logits(self, hidden):
