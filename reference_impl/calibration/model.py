@@ -10,7 +10,7 @@ datasheets give; what a particular engine implementation costs beyond that is en
                + step overhead    what the engine spends per step beyond these terms (scheduling, LM head,
                                   sampling, Python), spread over the layers, where `repro profile` measured it
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reference_impl.calibration import coefficients
 from reference_impl.calibration.curve import Curve
@@ -21,6 +21,7 @@ from reference_impl.errors import InputError
 from reference_impl.calibration.links import DEFAULT_LINK, INTER_NODE, INTRA_NODE, link_gb_s
 from reference_impl.calibration.perf_model import InstanceLoad
 
+MEMO_TOKENS = 4096  # layer_time_s keeps tokens_s of steps up to this many tokens (decode batches, short prompts)
 LSE_BYTES = 4  # float32 log-sum-exp per head
 
 
@@ -84,6 +85,8 @@ class CalibratedPerfModel:
     query_bytes: float
     result_bytes: float
     step_overhead: StepOverhead | None = None  # measured by `repro profile` on the machine at hand only
+    # token count -> tokens_s(count) up to MEMO_TOKENS (the simulator prices millions of steps of a few batch sizes)
+    _tokens_s: dict = field(default_factory=dict, init=False, compare=False, repr=False)  # (replace: a fresh one)
 
     @classmethod
     def for_setting(cls, *, model: str, gpu: str, tp: int = 1, pp: int = 1, link=None,
@@ -132,15 +135,24 @@ class CalibratedPerfModel:
             query_bytes=query, result_bytes=query + spec.num_heads // tp * LSE_BYTES,
             step_overhead=StepOverhead.from_json(overhead) if overhead else None)
 
+    def tokens_s(self, tokens: int) -> float:
+        """One layer's time for `tokens` apart from attention: non-attention, TP all-reduce, PP hand-off."""
+        t = self.non_attention(tokens)
+        if self.all_reduce is not None:
+            t += 2.0 * self.all_reduce(tokens * self.activation_bytes_per_token)
+        if self.pp > 1:
+            t += (self.pp - 1) * self.pp_link.time_s(tokens * self.activation_bytes_per_token) / self.num_layers
+        return t
+
     def layer_time_s(self, load: InstanceLoad) -> float:
         tokens = load.batch_size + load.prefill_tokens
         t = 0.0
         if tokens:
-            t = self.non_attention(tokens)
-            if self.all_reduce is not None:
-                t += 2.0 * self.all_reduce(tokens * self.activation_bytes_per_token)
-            if self.pp > 1:
-                t += (self.pp - 1) * self.pp_link.time_s(tokens * self.activation_bytes_per_token) / self.num_layers
+            t = self._tokens_s.get(tokens)
+            if t is None:
+                t = self.tokens_s(tokens)
+                if tokens <= MEMO_TOKENS:
+                    self._tokens_s[tokens] = t
         t += load.attn_kv_tokens * self.kv_read_s_per_token
         if load.prefill_attn_pairs:
             t += load.prefill_attn_pairs * self.prefill_attn_s_per_pair

@@ -115,3 +115,20 @@ def test_one_layer_time_call_is_cheap():
             m.layer_time_s(load)
         best_s = min(best_s, (time.process_time() - start) / calls)
     assert best_s < 20e-6, f"{best_s * 1e6:.1f} us per call"
+
+
+def test_layer_time_memo_equals_the_sum_and_a_replaced_model_starts_its_own():
+    from dataclasses import replace
+
+    from reference_impl.calibration.curve import Curve
+    from reference_impl.calibration.model import MEMO_TOKENS, CalibratedPerfModel
+    from reference_impl.calibration.perf_model import InstanceLoad
+
+    model = CalibratedPerfModel.for_setting(model="llama2-7b", gpu="A100-80GB-SXM", tp=2, pp=2)
+    for tokens in (1, 7, 256, MEMO_TOKENS, MEMO_TOKENS + 1):
+        load = InstanceLoad(tokens, 1000 * tokens)
+        first, again = model.layer_time_s(load), model.layer_time_s(load)
+        assert first == again == model.tokens_s(tokens) + 1000 * tokens * model.kv_read_s_per_token
+    assert MEMO_TOKENS in model._tokens_s and MEMO_TOKENS + 1 not in model._tokens_s
+    slower = replace(model, non_attention=Curve(model.non_attention.xs, tuple(2 * y for y in model.non_attention.ys)))
+    assert slower._tokens_s == {} and slower.layer_time_s(InstanceLoad(7, 0)) > model.layer_time_s(InstanceLoad(7, 0))
