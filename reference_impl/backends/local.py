@@ -77,14 +77,23 @@ class LocalBackend:
     def step_kv(self, instance, seqs, tokens, is_prefill) -> StepKV:
         tables = instance.rm.tables
         req_ids = [s.req_id for s in seqs]
-        if not is_prefill:  # the same batch over the same tables as the last decode: advance its plan
-            last = self.last_decode.get(instance.inst_id)
-            if last is not None and last[0] == req_ids and all(tables[r] == t for r, t in zip(req_ids, last[1])):
-                kv = last[2].advance(tokens.num_tokens)
-                if kv is not None:
-                    self.last_decode[instance.inst_id] = (req_ids, last[1], kv)
-                    return kv
         cache = self.table_caches.setdefault(instance.inst_id, TableCache())
+        kv = None
+        if not is_prefill:  # the same batch as the last decode: advance its plan, or replan the changed tables only
+            last = self.last_decode.get(instance.inst_id)
+            if last is not None and last[0] == req_ids:
+                changed = [i for i, (r, t) in enumerate(zip(req_ids, last[1])) if tables[r] != t]
+                if not changed:
+                    kv = last[2].advance(tokens.num_tokens)
+                elif 2 * len(changed) <= len(req_ids):
+                    kv = last[2].replan(changed, tokens.num_tokens, [tables[req_ids[i]] for i in changed],
+                                        lambda: block_arrays([tables[r] for r in req_ids], self.locations, cache, req_ids))
+                if kv is not None:
+                    last_tables = list(last[1]) if changed else last[1]
+                    for i in changed:
+                        last_tables[i] = list(tables[req_ids[i]])
+                    self.last_decode[instance.inst_id] = (req_ids, last_tables, kv)
+                    return kv
         if len(cache.entries) > 2 * len(tables) + 64:  # forget finished requests' tables
             cache.keep_only(tables)
         blocks = block_arrays([tables[r] for r in req_ids], self.locations, cache, req_ids)

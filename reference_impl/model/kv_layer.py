@@ -60,6 +60,80 @@ def merge(parts):
 
 
 
+def decode_rows(b, num_tokens, block_size: int, num_keys: int, num_locs: int):
+    """Rows of decode partials per storage key of blocks `b` (step_inputs.BlockArrays) whose sequences end at
+    `num_tokens`: a (location, sequence) pair's rBlocks are cut into rows of `row_width` blocks, so that a few long
+    pairs do not pad every row; a row of sequence s lands in slot j * num_seqs + s (j: its ordinal among s's
+    partials), and the slots merge with scale_reduce. Returns [(key, block table, row lengths, query rows, partial
+    slots, rows of last tokens)], the number of partials a sequence may have, and whether it is one row a sequence
+    in order in one storage (`direct`)."""
+    bs, num_seqs = block_size, len(num_tokens)
+    group = b.key * num_locs + b.loc  # blocks are in (seq, index) order already
+    order = np.arange(len(group)) if (group[1:] >= group[:-1]).all() else np.argsort(group, kind="stable")
+    key, loc, seq, index, address = b.key[order], b.loc[order], b.seq[order], b.index[order], b.address[order]
+    tokens = np.clip(num_tokens[seq] - index * bs, 0, bs)
+    new_pair = np.ones(len(order), bool)
+    new_pair[1:] = (key[1:] != key[:-1]) | (loc[1:] != loc[:-1]) | (seq[1:] != seq[:-1])
+    pair = np.cumsum(new_pair) - 1
+    pair_start = np.flatnonzero(new_pair)
+    in_pair = np.arange(len(order)) - pair_start[pair]
+    pair_len = np.diff(np.append(pair_start, len(order)))
+    pair_key = key[pair_start]
+    keys_here = np.flatnonzero(np.bincount(pair_key, minlength=num_keys)).tolist()
+    width_of_key = {k: row_width(pair_len if len(keys_here) == 1 else pair_len[pair_key == k]) for k in keys_here}
+    key_width = np.ones(int(key.max()) + 1, np.int64)
+    for k, w in width_of_key.items():
+        key_width[k] = w
+    width = key_width[key]
+    col = in_pair % width
+    row = np.cumsum(col == 0) - 1
+    row_first = np.flatnonzero(col == 0)
+    row_seq, row_key = seq[row_first], key[row_first]
+    row_len = np.bincount(row, weights=tokens, minlength=len(row_first)).astype(np.int64)
+    by_seq = np.argsort(row_seq, kind="stable")
+    seq_first = np.searchsorted(row_seq[by_seq], np.arange(num_seqs))
+    ordinal = np.empty(len(row_first), np.int64)
+    ordinal[by_seq] = np.arange(len(row_first)) - seq_first[row_seq[by_seq]]
+    slots = ordinal * num_seqs + row_seq
+    num_partials = int(ordinal.max()) + 1 if len(ordinal) else 1
+    direct = num_partials == 1 and len(width_of_key) == 1 and np.array_equal(row_seq, np.arange(num_seqs))
+    # the row holding each sequence's last token: the one a next step without a new block lengthens
+    position = np.empty(len(order), np.int64)
+    position[order] = np.arange(len(order))
+    last_row = row[position[b.start + (num_tokens - 1) // bs]]
+    part_plan = []  # (key, block table, row lengths, query rows, partial slots, rows of last tokens)
+    for k in width_of_key:
+        mine = np.flatnonzero(row_key == k)
+        in_key = row[key == k] - mine[0]
+        table = np.zeros((len(mine), int(col[key == k].max()) + 1), np.int32)
+        table[in_key, col[key == k]] = address[key == k]
+        last = last_row[row_key[last_row] == k] - mine[0]
+        part_plan.append((k, table, row_len[mine].astype(np.int32), row_seq[mine], slots[mine], last))
+    return part_plan, num_partials, direct
+
+
+def _row_arrays(rows):
+    table, lens, q_rows, slots, last = rows
+    return (np.array(table, np.int32), np.array(lens, np.int32), np.array(q_rows, np.int64), np.array(slots, np.int64),
+            np.array(last, np.int64))
+
+
+def _joined_rows(parts):
+    """One storage's rows from several sets [(table, lengths, query rows, slots, rows of last tokens)], ordered by
+    sequence (so that one row a sequence reads directly); tables padded to the widest."""
+    width = max(p[0].shape[1] for p in parts)
+    offsets = np.cumsum([0] + [len(p[2]) for p in parts]).tolist()
+    table = np.zeros((offsets[-1], width), np.int32)
+    for p, o in zip(parts, offsets):
+        table[o:o + len(p[2]), :p[0].shape[1]] = p[0]
+    lens, q_rows, slots = (np.concatenate([p[i] for p in parts]) for i in (1, 2, 3))
+    last = np.concatenate([p[4] + o for p, o in zip(parts, offsets)])
+    order = np.argsort(q_rows, kind="stable")
+    where = np.empty(len(order), np.int64)
+    where[order] = np.arange(len(order))
+    return table[order], lens[order], q_rows[order], slots[order], where[last]
+
+
 class StepKV:
     """Plan of one step: `tables[i]` are the rBlocks of `seqs[i]` in token order, `num_tokens[i]` its length
     after this step, `num_new[i]` the tokens it feeds this step (all of them for a prefill, 1 for decode)."""
@@ -77,6 +151,7 @@ class StepKV:
         self.num_seqs = len(self.num_tokens)
         self.writes = self.decode_parts = None  # tensors, staged at the first `attend` (a graph replay needs none)
         self._lent_parts = None  # an earlier step's decode tensors whose tables and rows this plan shares
+        self._all_blocks = None  # a replanned step's blocks, built when asked (`replan`)
         self._plan_writes()
         if is_prefill:
             self._plan_prefill()
@@ -108,51 +183,8 @@ class StepKV:
                        for key, rows, slots in self.write_plan]
 
     def _plan_decode(self):
-        """Rows of partials per storage key. A (location, sequence) pair's rBlocks are cut into rows of
-        `row_width` blocks, so that a few long pairs do not pad every row; a row of sequence s lands in
-        slot j * num_seqs + s (j: its ordinal among s's partials), and the slots merge with scale_reduce."""
-        b, bs, num_seqs = self.blocks, self.block_size, self.num_seqs
-        group = b.key * len(self.locations.locs) + b.loc  # blocks are in (seq, index) order already
-        order = np.arange(len(group)) if (group[1:] >= group[:-1]).all() else np.argsort(group, kind="stable")
-        key, loc, seq, index, address = b.key[order], b.loc[order], b.seq[order], b.index[order], b.address[order]
-        tokens = np.clip(self.num_tokens[seq] - index * bs, 0, bs)
-        new_pair = np.ones(len(order), bool)
-        new_pair[1:] = (key[1:] != key[:-1]) | (loc[1:] != loc[:-1]) | (seq[1:] != seq[:-1])
-        pair = np.cumsum(new_pair) - 1
-        pair_start = np.flatnonzero(new_pair)
-        in_pair = np.arange(len(order)) - pair_start[pair]
-        pair_len = np.diff(np.append(pair_start, len(order)))
-        pair_key = key[pair_start]
-        keys_here = np.flatnonzero(np.bincount(pair_key, minlength=len(self.locations.keys))).tolist()
-        width_of_key = {k: row_width(pair_len if len(keys_here) == 1 else pair_len[pair_key == k]) for k in keys_here}
-        key_width = np.ones(int(key.max()) + 1, np.int64)
-        for k, w in width_of_key.items():
-            key_width[k] = w
-        width = key_width[key]
-        col = in_pair % width
-        row = np.cumsum(col == 0) - 1
-        row_first = np.flatnonzero(col == 0)
-        row_seq, row_key = seq[row_first], key[row_first]
-        row_len = np.bincount(row, weights=tokens, minlength=len(row_first)).astype(np.int64)
-        by_seq = np.argsort(row_seq, kind="stable")
-        seq_first = np.searchsorted(row_seq[by_seq], np.arange(num_seqs))
-        ordinal = np.empty(len(row_first), np.int64)
-        ordinal[by_seq] = np.arange(len(row_first)) - seq_first[row_seq[by_seq]]
-        slots = ordinal * num_seqs + row_seq
-        self.num_partials = int(ordinal.max()) + 1 if len(ordinal) else 1
-        self.direct = self.num_partials == 1 and len(width_of_key) == 1 and np.array_equal(row_seq, np.arange(num_seqs))
-        # the row holding each sequence's last token: the one a next step without a new block lengthens
-        position = np.empty(len(order), np.int64)
-        position[order] = np.arange(len(order))
-        last_row = row[position[b.start + (self.num_tokens - 1) // bs]]
-        self.part_plan = []  # (key, block table, row lengths, query rows, partial slots, rows of last tokens)
-        for k in width_of_key:
-            mine = np.flatnonzero(row_key == k)
-            in_key = row[key == k] - mine[0]
-            table = np.zeros((len(mine), int(col[key == k].max()) + 1), np.int32)
-            table[in_key, col[key == k]] = address[key == k]
-            last = last_row[row_key[last_row] == k] - mine[0]
-            self.part_plan.append((k, table, row_len[mine].astype(np.int32), row_seq[mine], slots[mine], last))
+        self.part_plan, self.num_partials, self.direct = decode_rows(
+            self.blocks, self.num_tokens, self.block_size, len(self.locations.keys), len(self.locations.locs))
 
     def _stage_decode(self):
         """The decode plan's tensors; an earlier step's parts (`_lent_parts`) lend their unchanged tables and rows."""
@@ -184,6 +216,75 @@ class StepKV:
             step.part_plan.append((key, table, lens, q_rows, slots, last))
         return step
 
+    def replan(self, changed, num_tokens, changed_tables, all_blocks) -> "StepKV | None":
+        """The plan of the next decode step of the same sequences, each one token longer, where only the tables of
+        sequences `changed` (indices) differ from this plan's (a block moved or added): their rows are planned
+        afresh, in Python over their few blocks (`changed_tables`, their rBlocks), cut at this plan's row width per
+        storage, and the others' rows kept, one token longer. `all_blocks()`: every sequence's blocks
+        (step_inputs.block_arrays), called only where needed. None when a kept sequence's token starts a block."""
+        num_tokens = np.asarray(num_tokens, np.int64)
+        kept = np.ones(self.num_seqs, bool)
+        kept[changed] = False
+        if (self.is_prefill or num_tokens.shape != self.num_tokens.shape
+                or not np.array_equal(num_tokens, self.num_tokens + 1) or not ((num_tokens[kept] - 1) % self.block_size).all()):
+            return None
+        bs, num_seqs, code = self.block_size, self.num_seqs, self.locations.code
+        key_of, offset = self.locations.key_of.tolist(), self.locations.offset.tolist()
+        width = {k: table.shape[1] for k, table, *_ in self.part_plan}
+        rows = {}  # key -> (block rows, lengths, query rows, slots, rows of last tokens)
+        tails = []  # (key, slot) of each changed sequence's new token
+        for s, table in zip(changed, changed_tables):
+            n = int(num_tokens[s])
+            pairs = {}
+            for i, block in enumerate(table):
+                loc = code[(block.inst_id, block.device)]
+                pairs.setdefault((key_of[loc], loc), []).append((i, block.address + offset[loc]))
+                if i == (n - 1) // bs:
+                    tails.append((key_of[loc], (block.address + offset[loc]) * bs + (n - 1) % bs))
+            ordinal = 0
+            for key, loc in sorted(pairs):
+                items = pairs[key, loc]
+                w = width.setdefault(key, len(items))
+                mine = rows.setdefault(key, ([], [], [], [], []))
+                for c in range(0, len(items), w):
+                    chunk = items[c:c + w]
+                    if any(i == (n - 1) // bs for i, _ in chunk):
+                        mine[4].append(len(mine[1]))
+                    mine[0].append([a for _, a in chunk] + [0] * (w - len(chunk)))
+                    mine[1].append(sum(min(max(n - i * bs, 0), bs) for i, _ in chunk))
+                    mine[2].append(s)
+                    mine[3].append(ordinal * num_seqs + s)
+                    ordinal += 1
+        step = copy.copy(self)
+        step.num_tokens = num_tokens
+        step.blocks, step._all_blocks = None, all_blocks
+        step.writes = step.decode_parts = step._lent_parts = None
+        if (len(self.write_plan) == 1 and self.write_plan[0][1] is None
+                and all(key == self.write_plan[0][0] for key, _ in tails)):
+            slots = self.write_plan[0][2] + 1
+            slots[changed] = [slot for _, slot in tails]
+            step.write_plan = [(self.write_plan[0][0], None, slots)]
+        else:
+            step.blocks = all_blocks()
+            step._plan_writes()
+        step.part_plan = []
+        for k, table, lens, q_rows, slots, last in self.part_plan:
+            lens = lens.copy()
+            lens[last] += 1
+            mine = kept[q_rows]
+            renumber = np.cumsum(mine) - 1
+            parts = [(table[mine], lens[mine], q_rows[mine], slots[mine], renumber[last[mine[last]]])]
+            if k in rows:
+                parts.append(_row_arrays(rows.pop(k)))
+            step.part_plan.append((k, *_joined_rows(parts)))
+        step.part_plan += [(k, *_joined_rows([_row_arrays(r)])) for k, r in rows.items()]
+        step.part_plan = [part for part in step.part_plan if len(part[3])]
+        slots = np.concatenate([part[4] for part in step.part_plan])
+        step.num_partials = int(slots.max()) // num_seqs + 1 if len(slots) else 1
+        step.direct = (step.num_partials == 1 and len(step.part_plan) == 1
+                       and np.array_equal(step.part_plan[0][3], np.arange(num_seqs)))
+        return step
+
     def _plan_prefill(self):
         """Per sequence: its query rows, and None (all its KV at one location: SDPA over the step's own K/V) or
         per location (key, addresses, positions of their tokens, which are valid)."""
@@ -209,6 +310,8 @@ class StepKV:
     def whole_rows(self):
         """A decode step's KV as one row per sequence in one storage: (storage key, block table [S, width],
         lengths [S], slots of the new tokens [S]) as arrays, or None when the KV spans storages."""
+        if self.blocks is None:
+            self.blocks = self._all_blocks()
         b = self.blocks
         if self.is_prefill or not len(b.key) or not (b.key == b.key[0]).all():
             return None

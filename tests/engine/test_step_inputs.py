@@ -91,3 +91,46 @@ def test_prefill_over_one_or_several_locations_equals_plain_attention():
         pos = torch.arange(n)
         ref = contiguous_attention(q[start:start + n], k[start:start + n], v[start:start + n], pos, pos)
         torch.testing.assert_close(out[start:start + n], ref, atol=1e-5, rtol=1e-5)
+
+
+def test_replanned_decode_plan_equals_a_fresh_one():
+    """Only the moved or grown tables replanned: the same attention and the same K/V writes as a fresh plan,
+    whether the sequences stay one row each in one storage (direct) or spread over instances and tiers."""
+    gen = torch.Generator().manual_seed(5)
+    caches, storage, shared = caches_of(gen)
+    cpu_k = torch.randn(LAYERS, 4, BS, HKV, D, generator=gen)
+    caches[(0, CPU)] = (cpu_k, torch.randn_like(cpu_k))
+    storage[(0, CPU)] = ("cpu", 0)
+    shared["cpu"] = caches[(0, CPU)]
+    locations = Locations(caches, storage, shared)
+    one_place = [[RBlock(0, 0, DEVICE, 0), RBlock(1, 0, DEVICE, 1)], [RBlock(2, 0, DEVICE, 2)],
+                 [RBlock(3, 0, DEVICE, 3), RBlock(4, 0, DEVICE, 4)]]
+    spread = [[RBlock(0, 0, DEVICE, 0), RBlock(1, 1, DEVICE, 1)], [RBlock(2, 2, DEVICE, 2)],
+              [RBlock(3, 0, CPU, 3), RBlock(4, 1, DEVICE, 4)]]
+    moved_one = [one_place[0], [RBlock(5, 0, DEVICE, 5)], one_place[2]]  # a block moved within instance 0
+    moved_out = [one_place[0], one_place[1], [RBlock(3, 2, DEVICE, 3), RBlock(4, 0, CPU, 2)]]  # to instance 2, CPU
+    grown = [spread[0], spread[1], spread[2] + [RBlock(5, 2, DEVICE, 5)]]  # a block added
+    lens, later = [5, 2, 6], [6, 3, 7]
+    for before, after, changed in ((one_place, moved_one, [1]), (one_place, moved_out, [2]), (spread, grown, [2]),
+                                   (spread, moved_one, [0, 1, 2])):
+        first = StepKV(caches, before, lens, [1, 1, 1], BS, False, "cpu", storage, shared)
+        replanned = first.replan(changed, later, [after[i] for i in changed], lambda: block_arrays(after, locations))
+        fresh = StepKV(caches, after, later, [1, 1, 1], BS, False, "cpu", storage, shared)
+        assert replanned.num_partials >= fresh.num_partials  # rows cut at the earlier plan's width
+        assert replanned.direct == (after is moved_one and before is one_place)  # still one row a sequence, in order
+        assert replanned.whole_rows() is None or all(np.array_equal(x, y) for x, y in zip(replanned.whole_rows()[1:],
+                                                                                             fresh.whole_rows()[1:]))
+        q, k, v = (torch.randn(3, h, D, generator=gen) for h in (HQ, HKV, HKV))
+        saved = {key: tuple(x.clone() for x in kv) for key, kv in shared.items()}
+        out_r = replanned.attend(1, q, k, v)
+        after_r = {key: tuple(x.clone() for x in kv) for key, kv in shared.items()}
+        for key, kv in shared.items():
+            for x, y in zip(kv, saved[key]):
+                x.copy_(y)
+        out_f = fresh.attend(1, q, k, v)
+        torch.testing.assert_close(out_r, out_f, atol=1e-6, rtol=1e-6)
+        assert all(torch.equal(x, y) for key in shared for x, y in zip(shared[key], after_r[key]))
+        assert replanned.advance([7, 4, 8]) is not None  # the replanned plan advances like a fresh one
+    first = StepKV(caches, spread, [4, 2, 6], [1, 1, 1], BS, False, "cpu", storage, shared)
+    starts_block = first.replan([2], [5, 3, 7], [grown[2]], lambda: block_arrays(grown, locations))
+    assert starts_block is None  # an unchanged sequence whose token starts a block (5th token): a full plan
