@@ -1,7 +1,8 @@
 """What the engine loop drives: the local Engine (instances in this process, stepped here) or the Ray engine (each
 instance an actor running its own loop; a "step" here collects what they reported). Both take requests, abort
 them (every rBlock they hold freed: Scheduler.abort here, the actors' Abort message there), say what they hold,
-and keep the caller's Sequence objects up to date with their tokens."""
+and keep the caller's Sequence objects up to date with their tokens; `release` forgets a request whose result
+the loop has delivered (a server runs for ever)."""
 from dataclasses import dataclass, field
 
 ABORTED = "aborted by the server (client gone or stop string)"
@@ -77,6 +78,9 @@ class LocalDriver:
     def failed(self) -> dict[int, str]:
         return {}
 
+    def release(self, req_id: int) -> None:
+        pass  # the engine keeps nothing of a finished or aborted request (step clears engine.finished)
+
     def gauges(self) -> Gauges:
         rms = self.engine.rmanagers.values()
         return Gauges(sum(len(i.scheduler.running) for i in self.engine.instances),
@@ -129,6 +133,9 @@ class RayDriver:
 
     def failed(self) -> dict[int, str]:
         return {r: why for r, why in self.engine.failed.items() if why != ABORTED}
+
+    def release(self, req_id: int) -> None:
+        self.engine.release(req_id)
 
     def gauges(self) -> Gauges:
         snaps = self.engine.snapshots.values()

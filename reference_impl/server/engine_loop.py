@@ -197,6 +197,7 @@ class EngineLoop:
 
     def _end(self, live: _Live, event: Event) -> None:
         self.live.pop(live.seq.req_id, None)
+        self.driver.release(live.seq.req_id)
         self._unqueue(live)
         self._send(live, event)
 

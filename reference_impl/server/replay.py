@@ -146,4 +146,5 @@ def latency_report(replayed: Replayed, slo: Slo) -> dict:
 
 
 def finite_rate(rate_per_s: float) -> float | str:
+    """A rate as strict JSON holds it: "inf" for a burst (every request at once; float() reads it back)."""
     return "inf" if math.isinf(rate_per_s) else rate_per_s

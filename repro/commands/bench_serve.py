@@ -100,7 +100,7 @@ def bench_serve(base_url, model_name, trace_id, dataset_id, source, num_requests
     The curve method: rates from light load to the plateau, a steady-state window, every seed (--rates instead
     runs the rates given). Lengths are scaled so the trace's --long-quantile length fills one instance."""
     from reference_impl.atomic import check_writable_file, write_json_atomic
-    from reference_impl.server.replay import Endpoint, Slo
+    from reference_impl.server.replay import Endpoint, Slo, finite_rate
     from reference_impl.sim.config import SimConfig, sim_engine
     from repro.serving.curves import CurveGroup, run_curves
     from repro.serving.plateau import max_tput_tok_s
@@ -150,6 +150,8 @@ def bench_serve(base_url, model_name, trace_id, dataset_id, source, num_requests
         record = {**group_info, "num_instances": instances, "tp": 1, "rates_per_s": rate_list,
                   "seeds": list(seed_list), "points": points, "max_tput_ratio": None,
                   "max_tput_tok_s": {system: [max_tput_tok_s(points, s) for s in seed_list]}}
+    record = {**record, "rates_per_s": [finite_rate(r) for r in record["rates_per_s"]],
+              "points": [{**p, "rate_per_s": finite_rate(p["rate_per_s"])} for p in record["points"]]}
     result = {"base_url": base_url, "model": model_name, "max_model_len": max_len, "wall_s": time.perf_counter() - t0,
               "slo": {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "e2e_ms": slo_e2e_ms},
               "groups": [record], "reports": runner.reports}
@@ -177,7 +179,7 @@ def _series(record: dict, key):
                for r in record["reports"]}
     rows = []
     for p in group["points"]:
-        rate = p["rate_per_s"]
+        rate = float(p["rate_per_s"])  # "inf" (a burst) included
         report = reports.get(("inf" if math.isinf(rate) else float(rate), p["seed"]))
         if report is not None:
             rows.append((rate, key(p, report)))
@@ -195,7 +197,8 @@ def bench_serve_plot(records, figures_dir, name):
     from repro.serving.plots import PALETTE
 
     loaded = [json.loads(open(path).read()) for path in records]
-    finite = [p["rate_per_s"] for r in loaded for p in r["groups"][0]["points"] if math.isfinite(p["rate_per_s"])]
+    finite = [float(p["rate_per_s"]) for r in loaded for p in r["groups"][0]["points"]
+              if math.isfinite(float(p["rate_per_s"]))]
     burst_x = 2 * max(finite) if finite else 1.0
     panels = [("steady output tok/s", lambda p, r: p["steady_output_tok_s"]),
               ("TTFT p50 (ms)", lambda p, r: r["ttft_ms"]["p50"]), ("TPOT p50 (ms)", lambda p, r: r["tpot_ms"]["p50"])]

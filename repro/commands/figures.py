@@ -30,8 +30,8 @@ def split_params(pairs: tuple[str, ...]) -> tuple[dict, dict]:
 @click.option("--address", default=None, help="Ray cluster (HOST:PORT, auto, local) for every simulated point, as "
                                               "repro run --address; default $RAY_ADDRESS, else a local pool.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
-              help="workers=N, store=DIR|off, graph=FILE, ahead=N for the one sweep; EXPERIMENT.KEY=VALUE for one experiment "
-                   "(e2e.seeds=5).")
+              help="workers=N, store=DIR|off (default RESULTS_DIR/.points), graph=FILE, ahead=N for the one sweep; "
+                   "EXPERIMENT.KEY=VALUE for one experiment (e2e.seeds=5).")
 @click.option("--results-dir", type=click.Path(), default="results", show_default=True)
 @click.option("--figures-dir", type=click.Path(file_okay=False), default="figures", show_default=True)
 @click.option("--force", is_flag=True, help="Run the simulated and arithmetic experiments again (stored points are "
@@ -41,12 +41,14 @@ def split_params(pairs: tuple[str, ...]) -> tuple[dict, dict]:
 def figures(quick, seed, address, params, results_dir, figures_dir, force, remeasure, replot):
     """The figure set at once: its simulated points on one sweep, every figure, and the report."""
     from reference_impl.atomic import check_writable_dir
+    from repro.commands.run import with_store_under
     from repro.exit_codes import exit_on_failed_requests
     from repro.framework.figure_set import FIGURE_SET, SetOptions, plot_set, run_set
     from repro.progress import progress_log
     from repro.report import build_report, format_report
 
     sweep, each = split_params(params)
+    sweep = with_store_under(sweep, results_dir)
     check_writable_dir(figures_dir, "--figures-dir")
     options = SetOptions(quick=quick, seed=seed, address=address, sweep=sweep, each=each, results_dir=results_dir,
                          force=force, remeasure=remeasure)

@@ -1,5 +1,5 @@
 """`repro run`: the log and the bar on stderr, the result's table (or --json) on stdout, and the point store under
---results-dir unless one is named."""
+--results-dir unless one is named (`repro figures` too)."""
 import json
 
 import pytest
@@ -24,6 +24,14 @@ def test_stdout_is_the_table_and_the_store_follows_results_dir(repro_cli, in_tmp
     assert any(line.startswith("perf-model-2inst") for line in lines)
     assert "points on" in err and "points on" not in out  # the run's log is on stderr
     assert any((in_tmp / "elsewhere" / ".points").iterdir()) and not (in_tmp / "results").exists()
+
+
+def test_the_figures_store_follows_results_dir(repro_cli, in_tmp, monkeypatch):
+    monkeypatch.setattr("repro.framework.figure_set.FIGURE_SET", (("perf-model", "sim"),))  # one cheap member
+    code, _, err = repro_cli(["figures", "--quick", "--results-dir", "elsewhere", "--figures-dir", "figs"])
+    assert code == 0, err
+    assert any((in_tmp / "elsewhere" / ".points").iterdir()) and not (in_tmp / "results").exists()
+    assert any((in_tmp / "elsewhere" / "perf-model").iterdir())
 
 
 def test_json_rows_and_a_result_already_there(repro_cli, in_tmp):

@@ -1,5 +1,6 @@
 """`repro serve --backend ray`: each instance a Ray actor; the greedy tokens of a request that borrows are
-generate()'s, and a client that goes away mid-stream leaves no rBlock, table or move on any actor. One private
+generate()'s, a client that goes away mid-stream leaves no rBlock, table or move on any actor, and the engine keeps
+no id of a request whose result was delivered (finished or aborted). One private
 Ray for the case (started and shut down by the server); `xdist_group` keeps it off the other Ray tests' CPUs."""
 import time
 
@@ -13,6 +14,12 @@ pytest.importorskip("ray")
 pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]
 LONG = {"model": "tiny", "prompt": [(7 * i) % 500 + 2 for i in range(100)], "max_tokens": 150, "temperature": 0,
         "ignore_eos": True, "return_token_ids": True}
+SHORT = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 2, "temperature": 0}
+
+
+def _kept_ids(driver) -> dict:
+    engine = driver.engine
+    return {name: len(getattr(engine, name)) for name in ("mirror", "home_of", "done", "failed")}
 
 
 def test_ray_backend_serves_and_aborts(start_server, tiny_model):
@@ -35,3 +42,7 @@ def test_ray_backend_serves_and_aborts(start_server, tiny_model):
     aborted = [line for line in httpx.get(server.base_url + "/metrics").text.splitlines()
                if line.startswith("infinite_llm:requests_aborted_total{")]
     assert aborted[0].endswith(" 1.0")
+    with httpx.Client(base_url=server.base_url, timeout=300) as client:
+        for _ in range(12):
+            assert client.post("/v1/completions", json=SHORT).json()["choices"][0]["finish_reason"] == "length"
+    assert server.server.loop.call(_kept_ids).result(10) == dict.fromkeys(("mirror", "home_of", "done", "failed"), 0)

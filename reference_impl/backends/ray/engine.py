@@ -178,10 +178,14 @@ class RayEngine:
             # (a loop that broke in a group already re-formed takes the new one at its next iteration boundary)
             broken |= snapshot.state == BROKEN and snapshot.group == self.group
             for req_id, (first, new) in tokens.items():
-                seq = self.mirror[req_id]
+                seq = self.mirror.get(req_id)
+                if seq is None:  # released (aborted) while its instance still served it
+                    continue
                 seq.output_ids[first:] = new
             for req_id, placement, num_preemptions in done:
-                seq = self.mirror[req_id]
+                seq = self.mirror.get(req_id)
+                if seq is None:
+                    continue
                 seq.status, seq.placement, seq.num_preemptions = Status.FINISHED, placement, num_preemptions
                 self.done.add(req_id)
                 finished.append(seq)
@@ -190,6 +194,13 @@ class RayEngine:
     @property
     def has_work(self) -> bool:
         return len(self.done) + len(self.failed) < len(self.mirror)
+
+    def release(self, req_id: int) -> None:
+        """Forget a finished, failed or aborted request (a long-running caller, once its result is delivered):
+        what its instance still reports of it is dropped."""
+        for kept in (self.mirror, self.home_of, self.failed):
+            kept.pop(req_id, None)
+        self.done.discard(req_id)
 
     def run(self, on_poll=None) -> list[Sequence]:
         """Collect until every dispatched request finished or failed; `on_poll(engine)` runs after each
