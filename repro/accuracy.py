@@ -26,13 +26,13 @@ def _sim_vs_real(path: Path) -> list[dict]:
                 if err and (metric == "output_tok_s" or arm == "Lamina Ray"):
                     rows.append(_row(f"sim-vs-real {arm} {system}: {label} median |err|",
                                      100 * err["median_abs_rel_err"], "%",
-                                     f"{where}: {err['num_points']} points, worst {100 * err['worst_abs_rel_err']:.1f}% "
-                                     f"at {err['worst_rate_per_s']:g} req/s"))
+                                     f"{where}: {err['num_points']} points, worst "
+                                     f"{100 * err['worst_abs_rel_err']:.1f}% at {err['worst_rate_per_s']:g} req/s"))
     if isinstance(lamina, dict) and lamina.get("ranking"):
         rank = lamina["ranking"]
         for metric, label in (("output_tok_s", "max out tok/s"), ("mean_ttft_s", "median TTFT")):
-            rows.append(_row(f"sim-vs-real Lamina Ray: the simulator ranks the designs by {label} as measured",
-                             float(rank["same"][metric]), "1=yes",
+            rows.append(_row(f"sim-vs-real Lamina Ray: designs ranked by {label} as measured (1 yes, 0 no)",
+                             float(rank["same"][metric]), "",
                              f"{where}: measured {' > '.join(rank['measured'][metric])}, predicted "
                              f"{' > '.join(rank['predicted'][metric])} (best first)"))
     return rows

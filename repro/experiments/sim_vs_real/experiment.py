@@ -12,7 +12,9 @@ error is the predicted median against the measured median. Real vLLM is a second
 elsewhere, or with --param vllm=off, it is recorded as skipped. The pooled arm (repro/experiments/sim_vs_real/pooled.py) serves
 a trace scaled so its long requests outgrow one instance on several Ray instances, Infinite-LLM (KV pooled) against
 vLLM-M, and simulates the same with the machine's gloo link measured beside the profile; where Ray or the cores are
-missing, or with --param pooled=off, it is recorded as skipped.
+missing, or with --param pooled=off, it is recorded as skipped. The Lamina arm
+(repro/experiments/sim_vs_real/lamina_arm.py) serves the local arm's requests with Lamina's offloading (one compute
+and one memory Ray instance) and with Infinite-LLM on the same two, and simulates both (--param lamina=off: skipped).
 """
 import os
 import tempfile
@@ -68,7 +70,8 @@ PARAMS = (
     Param("pooled", str, "auto", "the pooled arm: Infinite-LLM and vLLM-M on Ray instances, a core each, where Ray "
           "and the cores exist (auto), or not", choices=("auto", "off")),
     Param("lamina", str, "auto", "the Lamina arm: Lamina (1 compute + 1 memory Ray instance) and Infinite-LLM on 2 "
-          "Ray instances, the local arm's requests, where Ray and 2 cores exist (auto), or not", choices=("auto", "off")),
+          "Ray instances, the local arm's requests, where Ray and 2 cores exist (auto), or not",
+          choices=("auto", "off")),
     Param("lamina_rates", float_list, None, "the Lamina arm's rates per second (default: fractions of its measured "
           "saturation)"),
     Param("pooled_instances", int, 2, "instances of the pooled arm"),

@@ -163,7 +163,8 @@ def run_lamina_arm(spec, make_requests, setup: LaminaSetup, *, multipliers, repe
             path = calibrated(repeat, rate)
             perf = CalibratedPerfModel.for_setting(model=spec.name, gpu=CPU_HARDWARE, link=GLOO, coefficients_path=path)
             base = sim_config(configs[BASELINE], gm_config, pooled_setup, spec.name, path)
-            sims = {LAMINA: lamina_sim_config(base, perf, setup, MICRO_BATCHES), BASELINE: system_config(BASELINE, base)}
+            sims = {LAMINA: lamina_sim_config(base, perf, setup, MICRO_BATCHES),
+                    BASELINE: system_config(BASELINE, base)}
             for system in SYSTEMS:
                 load_before = load_1m()
                 measured, stats = measure(system, requests)
