@@ -151,3 +151,23 @@ def test_step_meter_sees_prefill_and_decode_time():
     meter = sim.backend.meter
     assert 0 < meter.prefill_step_s < meter.step_s
     assert meter.step_s <= max(r.finish_s for r in result.requests) * sim.config.engine.num_instances
+
+
+def test_memory_devices_of_a_measured_machine_set_the_attention_rate_and_the_pool():
+    """sim-vs-real's Lamina arm stands the memory devices in by what a machine measured: the default's own rate and
+    capacity, given as knobs, simulate the same run; a slower rate lengthens the run, a set pool is the blocks."""
+    from reference_impl.systems.lamina.cluster import kv_capacity_tokens
+    from reference_impl.systems.lamina.hardware import memory_attention_bytes_per_s
+
+    default = lamina()
+    devices = knobs_of(default).memory_devices
+    rate, tokens = memory_attention_bytes_per_s(GPU, devices), kv_capacity_tokens(default, devices)
+    same = lamina(attention_bytes_per_s=rate, pool_tokens=tokens)
+    requests = fixed(16, 1000, 50)
+    assert same.num_blocks == default.num_blocks
+    assert simulate(same, requests).step_end_s == simulate(default, requests).step_end_s
+    assert simulate(lamina(attention_bytes_per_s=rate / 8), requests).end_s > simulate(default, requests).end_s
+    block = default.engine.block_size
+    assert lamina(pool_tokens=100 * block).num_blocks == 100
+    with pytest.raises(Exception, match="KV read rate must be > 0"):
+        LaminaKnobs(attention_bytes_per_s=0.0)

@@ -38,7 +38,7 @@ def test_a_point_is_the_median_of_repeats_and_keeps_the_measured_spread():
 def test_a_tiny_run_measures_and_predicts_every_rate(tmp_path):
     exp = get_experiment("sim-vs-real")
     params = RunParams(quick=True, extra={"num_requests": "5", "max_tokens": "24", "rates": "3,30",
-                                          "max_batch_size": "4", "vllm": "off"})
+                                          "max_batch_size": "4", "vllm": "off", "lamina": "off"})
     path, ran = run_and_save(exp, params, tmp_path, log=lambda _: None)
     assert ran and path.parent.name.startswith("local-quick-seed0-p")  # non-default params: own run id
     data = json.loads(path.read_text())["data"]
@@ -52,7 +52,7 @@ def test_a_tiny_run_measures_and_predicts_every_rate(tmp_path):
     predicted = [p["predicted_output_tok_s"] for p in data["points"]]
     assert predicted[1] >= predicted[0]  # more offered load: no less throughput from the deterministic simulator
     assert np.isfinite(data["errors"]["infinite-llm"]["output_tok_s"]["median_abs_rel_err"])
-    assert data["vllm"].startswith("skipped")
+    assert data["vllm"].startswith("skipped") and data["lamina"] == "skipped: --param lamina=off"
 
 
 @pytest.mark.parametrize("param, message", [("repeats=0", "repeats must be at least 1"),

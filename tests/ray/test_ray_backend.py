@@ -353,19 +353,19 @@ def test_lamina_offloading_on_ray_matches_one_instance():
     from reference_impl.systems.lamina.local import lamina_engine_config, offload_placement
 
     config = lamina_engine_config(EngineConfig(4, 16, block_size=4, seed=3))
-    engine = RayEngine(config, MODEL, RayConfig(), placement=offload_placement(2))
+    engine = RayEngine(config, MODEL, RayConfig(), placement=offload_placement(2), homes=(0, 1))
     holders = set()
 
     def watch(engine):
         holders.update(e.inst_id for s in engine.snapshots.values() for e in s.entries if e.num_blocks)
     try:
         seqs = [Sequence(i, list(p), NUM_NEW) for i, p in enumerate(PROMPTS)]
-        for seq in seqs:
-            engine.add_request(seq, seq.req_id % 2)
+        homes = {engine.add_request(seq) for seq in seqs}  # dispatched among the compute instances only
         engine.run(on_poll=watch)
         want = local_generate(MODEL, PROMPTS, NUM_NEW, EngineConfig(1, 64, block_size=4), ignore_eos=True)
         assert [s.output_ids for s in seqs] == want.token_ids
         assert holders and holders <= {2, 3}  # KV only ever on the memory instances
+        assert homes <= {0, 1}
         assert_idle(engine)
     finally:
         engine.shutdown()

@@ -81,7 +81,7 @@ def test_sim_vs_real_pooled_arm_measures_and_predicts_both_systems(tmp_path):
 
     exp = get_experiment("sim-vs-real")
     extra = {"num_requests": "4", "max_tokens": "24", "rates": "30", "max_batch_size": "4", "vllm": "off",
-             "pooled_requests": "6", "pooled_rates": "4", "instance_tokens": "64", "long_quantile": "0.7"}
+             "pooled_requests": "6", "pooled_rates": "4", "instance_tokens": "64", "long_quantile": "0.7", "lamina": "off"}
     path, ran = run_and_save(exp, RunParams(quick=True, extra=extra), tmp_path, log=lambda line: None)
     assert ran
     (result,) = load_results(tmp_path, exp)  # validated against sim_vs_real.schema.json on load
@@ -111,6 +111,33 @@ def test_sim_vs_real_pooled_arm_measures_and_predicts_both_systems(tmp_path):
     il = next(r for r in arm["runs"] if r["system"] == "infinite-llm")
     assert il["engine"]["num_served"] > 0  # a creditor served remote MicroAttention for real
     assert arm["measured_max_tput_ratio"] > 0 and arm["predicted_max_tput_ratio"] > 0
+
+
+def test_sim_vs_real_lamina_arm_serves_lamina_on_a_compute_and_a_memory_instance(tmp_path):
+    """sim-vs-real's Lamina arm on the module's Ray: Lamina's compute instance runs every step (the memory instance
+    none of its own), Infinite-LLM's two both step, every request finishes on both sides, and the simulated Lamina
+    prices the link's per-message time it leaves out, measured."""
+    from repro.framework.base import RunParams
+    from repro.framework.registry import get_experiment
+    from repro.results import load_results, run_and_save
+
+    exp = get_experiment("sim-vs-real")
+    extra = {"num_requests": "4", "max_tokens": "24", "rates": "30", "max_batch_size": "4", "vllm": "off",
+             "pooled": "off", "lamina_rates": "20"}
+    run_and_save(exp, RunParams(quick=True, extra=extra), tmp_path, log=lambda line: None)
+    (result,) = load_results(tmp_path, exp)  # validated against sim_vs_real.schema.json on load
+    arm = result["data"]["lamina_arm"]
+    assert result["data"]["lamina"].startswith("ran")
+    assert {p["system"] for p in arm["points"]} == {"lamina", "infinite-llm"}
+    for run in arm["runs"]:
+        for side in ("measured", "predicted"):
+            assert run[side]["num_finished"] == 4 and run[side]["output_tok_s"] > 0
+        steps = run["measured"]["num_steps"]
+        assert (steps["1"] == 0) == (run["system"] == "lamina") and steps["0"] > 0
+    lamina = next(r for r in arm["runs"] if r["system"] == "lamina")
+    assert lamina["engine"]["messaging_ms"] > 0 and arm["message_latency_per_step_s"] > 0
+    assert arm["pipelining"]["predicted_tok_s_over_unpipelined"] >= 1.0  # the pipeline never lengthens a step
+    assert set(arm["ranking"]["same"]) == {"output_tok_s", "mean_ttft_s"}
 
 
 def test_the_ray_engines_steps_calibrate_the_step_overhead(tmp_path):

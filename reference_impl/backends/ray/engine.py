@@ -40,9 +40,11 @@ class RayEngine:
     """Instances and the gManager as Ray actors; `shutdown()` ends them."""
 
     def __init__(self, config: EngineConfig, model: LlamaModel, ray_config: RayConfig = RayConfig(), *,
-                 gmanager_config: GManagerConfig | None = None, perf_model=None, placement: Placement = Placement()):
+                 gmanager_config: GManagerConfig | None = None, perf_model=None, placement: Placement = Placement(),
+                 homes: tuple[int, ...] | None = None):
         """gmanager_config: the gManager's knobs in place of `config.gmanager`; perf_model: the cost model its
-        Algorithm 1 reads; placement: a design's placement rules, given to every instance as it is built."""
+        Algorithm 1 reads; placement: a design's placement rules, given to every instance as it is built; homes:
+        the instances `add_request` dispatches to (None: all; Lamina's: its compute instances)."""
         if config.chunked_prefill_tokens is not None:
             raise InputError(CHUNKED_SIM_ONLY)
         self.config = config
@@ -86,6 +88,7 @@ class RayEngine:
         ray.get([a.start.remote(self.actors, self.gm_actor, spec) for a in self.actors.values()]
                 + [self.gm_actor.get_boot_id.remote()])
         self.sent = {i: [] for i in self.actors}
+        self.homes = tuple(self.actors) if homes is None else tuple(homes)
 
     def _group_spec(self, members: list[int]) -> GroupSpec:
         address = ray.get(self.actors[members[0]].free_address.remote())
@@ -97,7 +100,7 @@ class RayEngine:
         self.config.check_fits(seq)
         blocks = num_blocks_for(seq.num_tokens, self.config.block_size)
         if inst_id is None:
-            inst_id = max(self.actors, key=lambda i: (self._free_blocks(i), -i))
+            inst_id = max((i for i in self.homes if i in self.actors), key=lambda i: (self._free_blocks(i), -i))
         self.mirror[seq.req_id] = seq
         self.home_of[seq.req_id] = inst_id
         self.sent[inst_id].append(blocks)

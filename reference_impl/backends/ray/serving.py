@@ -18,6 +18,7 @@ from reference_impl.backends.local import random_prompts
 from reference_impl.backends.ray import RayConfig, RayEngine, init_ray
 from reference_impl.backends.ray.stats import LoopStats, StepMeans
 from reference_impl.control.engine import EngineConfig
+from reference_impl.control.placement import Placement
 from reference_impl.errors import InputError, RequestsFailed
 from reference_impl.model.llama import LlamaModel
 from reference_impl.serving.records import FAILED, ServingRun
@@ -66,17 +67,21 @@ class RayServer:
         defaults when None)."""
         self.model, self.ray_config = model, ray_config
         self.engine_kwargs = {"gmanager_config": gmanager_config, "perf_model": perf_model}
-        self.engines: dict[EngineConfig, RayEngine] = {}
+        self.engines: dict[tuple, RayEngine] = {}  # (config, placement, homes) -> engine
         self.next_req_id = 0  # request ids stay unique over an engine's life; records get theirs back
 
-    def serve(self, requests, config: EngineConfig, *, seed: int = 0,
-              time_limit_s: float = 600.0) -> tuple[ServingRun, dict[int, LoopStats]]:
+    def serve(self, requests, config: EngineConfig, *, seed: int = 0, time_limit_s: float = 600.0,
+              placement: Placement = Placement(), homes: tuple[int, ...] | None = None
+              ) -> tuple[ServingRun, dict[int, LoopStats]]:
         """`requests` against the clock; the records and each instance's loop statistics over this workload.
-        Raises RequestsFailed when an instance died and some requests no
+        placement, homes: a design's placement rules and the instances requests go to (RayEngine's); an engine is
+        kept per config, placement and homes. Raises RequestsFailed when an instance died and some requests no
         longer fit (the engine is dropped: the next workload gets a whole one)."""
-        engine = self.engines.get(config)
+        key = (config, placement, homes)
+        engine = self.engines.get(key)
         if engine is None:
-            engine = self.engines[config] = RayEngine(config, self.model, self.ray_config, **self.engine_kwargs)
+            engine = self.engines[key] = RayEngine(config, self.model, self.ray_config, placement=placement,
+                                                   homes=homes, **self.engine_kwargs)
         else:
             engine.resume()
         before = loop_stats(engine)
@@ -88,14 +93,14 @@ class RayServer:
             result = serve_on_clock(engine, renamed, prompts, time_limit_s=time_limit_s)
             after = loop_stats(engine)
         except BaseException:
-            self._drop(config)
+            self._drop(key)
             raise
         failed = {r.req_id - offset: engine.failed[r.req_id] for r in result.requests if r.status == FAILED}
         for record in result.requests:
             record.req_id -= offset
         # stopped at the time limit (its leftovers must not run into the next workload) or lost an instance
         if engine.has_work or engine.num_instance_failures:
-            self._drop(config)
+            self._drop(key)
         else:
             engine.pause()  # held until its next workload: an idle engine's loops and rounds still cost CPU
         if failed:
@@ -104,12 +109,12 @@ class RayServer:
         result.num_moved_blocks = LoopStats.total(stats.values()).num_copied_blocks
         return result, stats
 
-    def _drop(self, config: EngineConfig) -> None:
-        self.engines.pop(config).shutdown()
+    def _drop(self, key: tuple) -> None:
+        self.engines.pop(key).shutdown()
 
     def close(self) -> None:
-        for config in list(self.engines):
-            self._drop(config)
+        for key in list(self.engines):
+            self._drop(key)
 
 
 def serve(model: LlamaModel, requests, config: EngineConfig, ray_config: RayConfig = RayConfig(), *,

@@ -30,8 +30,9 @@ class LaminaBackend(SimBackend):
     def __init__(self, config, records, **kwargs):
         super().__init__(config, records, **kwargs)
         knobs = knobs_of(config)
-        self.pricer = StepPricer(self.model, knobs.nic_gb_s_per_gpu,
-                                 memory_attention_bytes_per_s(config.gpu, knobs.memory_devices), knobs.micro_batches)
+        attention_bytes_per_s = knobs.attention_bytes_per_s or memory_attention_bytes_per_s(config.gpu,
+                                                                                           knobs.memory_devices)
+        self.pricer = StepPricer(self.model, knobs.nic_gb_s_per_gpu, attention_bytes_per_s, knobs.micro_batches)
         self.nic_gb_s_per_gpu = knobs.nic_gb_s_per_gpu
         self.kv_bytes_per_token = kv_bytes_per_token(config.model)
         n = config.engine.num_instances

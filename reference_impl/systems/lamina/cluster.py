@@ -20,6 +20,11 @@ class LaminaKnobs:
     micro_batches: int = MICRO_BATCHES
     nic_gb_s_per_gpu: float | None = None  # None: devices.json's (lamina 6: one 200 Gbps NIC per GPU)
     max_batch: int = MAX_BATCH
+    # the memory devices of a machine the calibration measured (sim-vs-real's Lamina arm: processes of this CPU):
+    # their KV read rate together in bytes/s (None: devices.json's memory devices at the calibrated efficiency) and
+    # the KV tokens an instance's pool holds (None: the memory devices' memory)
+    attention_bytes_per_s: float | None = None
+    pool_tokens: int | None = None
 
     def __post_init__(self):
         if self.memory_devices is not None and self.memory_devices < 1:
@@ -28,6 +33,10 @@ class LaminaKnobs:
             raise InputError("micro-batches and the batch limit must be >= 1")
         if self.nic_gb_s_per_gpu is not None and not self.nic_gb_s_per_gpu > 0:
             raise InputError(f"NIC bandwidth must be > 0 GB/s (got {self.nic_gb_s_per_gpu})")
+        if self.attention_bytes_per_s is not None and not self.attention_bytes_per_s > 0:
+            raise InputError(f"memory devices' KV read rate must be > 0 bytes/s (got {self.attention_bytes_per_s})")
+        if self.pool_tokens is not None and self.pool_tokens < 1:
+            raise InputError(f"a Lamina instance's pool must hold at least one token (got {self.pool_tokens})")
 
 
 def knobs_of(config: SimConfig) -> LaminaKnobs:
@@ -44,7 +53,8 @@ def kv_capacity_tokens(config: SimConfig, memory_devices: int) -> int:
 def configure(base: SimConfig) -> SimConfig:
     """`base`'s instances as Lamina instances (the knobs resolved into `design_knobs`)."""
     knobs = knobs_of(base)
-    blocks = kv_capacity_tokens(base, knobs.memory_devices) // base.engine.block_size
+    tokens = knobs.pool_tokens if knobs.pool_tokens is not None else kv_capacity_tokens(base, knobs.memory_devices)
+    blocks = tokens // base.engine.block_size
     return replace(base, num_blocks=blocks, design_knobs=knobs,
                    engine=replace(base.engine, pooling=False, max_batch_size=knobs.max_batch))
 

@@ -12,7 +12,9 @@ error is the predicted median against the measured median. Real vLLM is a second
 elsewhere, or with --param vllm=off, it is recorded as skipped. The pooled arm (repro/experiments/sim_vs_real/pooled.py) serves
 a trace scaled so its long requests outgrow one instance on several Ray instances, Infinite-LLM (KV pooled) against
 vLLM-M, and simulates the same with the machine's gloo link measured beside the profile; where Ray or the cores are
-missing, or with --param pooled=off, it is recorded as skipped.
+missing, or with --param pooled=off, it is recorded as skipped. The Lamina arm
+(repro/experiments/sim_vs_real/lamina_arm.py) serves the local arm's requests with Lamina's offloading (one compute
+and one memory Ray instance) and with Infinite-LLM on the same two, and simulates both (--param lamina=off: skipped).
 """
 import os
 import tempfile
@@ -46,9 +48,10 @@ SYSTEM = "infinite-llm"  # the local engine: one instance, so no pooling partner
 # rates as multiples of the measured saturation rate: light load to well past it (the saturation measurement moves
 # with the load other work puts on a shared machine)
 QUICK = dict(num_requests=16, repeats=1, max_tokens=96, multipliers=(0.3, 0.6, 1.2, 2.4),
-             pooled_requests=60, pooled_multipliers=(0.4, 1.6))
+             pooled_requests=60, pooled_multipliers=(0.4, 1.6), lamina_multipliers=(0.4, 1.6))
 FULL = dict(num_requests=32, repeats=3, max_tokens=128, multipliers=(0.25, 0.5, 1.0, 2.0, 4.0),
-            pooled_requests=200, pooled_multipliers=(0.2, 0.4, 0.7, 1.0, 1.5, 3.0))
+            pooled_requests=200, pooled_multipliers=(0.2, 0.4, 0.7, 1.0, 1.5, 3.0),
+            lamina_multipliers=(0.25, 0.5, 1.0, 2.0))
 PARAMS = (
     Param("trace", int, 1, "infinite-llm Table 1 trace whose request lengths are served (scaled)"),
     Param("num_requests", int, None, "requests per point (default 32; 16 with --quick)"),
@@ -66,6 +69,11 @@ PARAMS = (
           choices=("auto", "off")),
     Param("pooled", str, "auto", "the pooled arm: Infinite-LLM and vLLM-M on Ray instances, a core each, where Ray "
           "and the cores exist (auto), or not", choices=("auto", "off")),
+    Param("lamina", str, "auto", "the Lamina arm: Lamina (1 compute + 1 memory Ray instance) and Infinite-LLM on 2 "
+          "Ray instances, the local arm's requests, where Ray and 2 cores exist (auto), or not",
+          choices=("auto", "off")),
+    Param("lamina_rates", float_list, None, "the Lamina arm's rates per second (default: fractions of its measured "
+          "saturation)"),
     Param("pooled_instances", int, 2, "instances of the pooled arm"),
     Param("pooled_requests", int, None, "requests per point of the pooled arm (default 200; 60 with --quick)"),
     Param("pooled_rates", float_list, None, "the pooled arm's rates per second (default: fractions of its measured "
@@ -179,6 +187,11 @@ def run(params: RunParams, log) -> dict:
                 pooled_arm = _run_pooled(spec, extra, size, repeats, params, Path(tmp), log)
                 loads += [pooled_arm["loadavg_1m"]["min"], pooled_arm["loadavg_1m"]["max"]]
                 pooled_status = f"ran: {extra['pooled_instances']} Ray instances, a core each, on the wall clock"
+            lamina_status, lamina_arm = _ray_arm_status(extra["lamina"], device.type, 2, "Lamina"), None
+            if lamina_status is None:
+                lamina_arm = _run_lamina(spec, make, max_tokens, size, repeats, params, Path(tmp), log)
+                loads += [lamina_arm["loadavg_1m"]["min"], lamina_arm["loadavg_1m"]["max"]]
+                lamina_status = "ran: 1 compute + 1 memory Ray instance (Lamina), 2 (Infinite-LLM), on the wall clock"
     finally:
         torch.set_num_threads(threads_before)
     points = make_points(runs)
@@ -190,7 +203,8 @@ def run(params: RunParams, log) -> dict:
             "saturation": {"output_tok_s": saturation.output_tok_s, "rate_per_s": sat_rate},
             "calibrations": calibrations, "runs": runs, "points": points, "errors": error_table(points),
             "vllm": vllm_status, **({"vllm_arm": vllm_arm} if vllm_arm else {}),
-            "pooled": pooled_status, **({"pooled_arm": pooled_arm} if pooled_arm else {})}
+            "pooled": pooled_status, **({"pooled_arm": pooled_arm} if pooled_arm else {}),
+            "lamina": lamina_status, **({"lamina_arm": lamina_arm} if lamina_arm else {})}
 
 
 def _ms(value) -> str:
@@ -199,10 +213,15 @@ def _ms(value) -> str:
 
 def _pooled_status(mode: str, device_type: str, num_instances: int) -> str | None:
     """None where the pooled arm runs, else why it is skipped."""
+    return _ray_arm_status(mode, device_type, num_instances, "pooled")
+
+
+def _ray_arm_status(mode: str, device_type: str, num_instances: int, arm: str) -> str | None:
+    """None where an arm on Ray instances runs, else why it is skipped."""
     if mode == "off":
-        return "skipped: --param pooled=off"
+        return f"skipped: --param {arm.lower()}=off"
     if device_type != "cpu":
-        return f"skipped: the pooled arm runs the instances on CPU (the engine runs on {device_type})"
+        return f"skipped: the {arm} arm runs the instances on CPU (the engine runs on {device_type})"
     if (os.cpu_count() or 1) < num_instances:
         return f"skipped: {num_instances} instances need as many cores (this machine has {os.cpu_count()})"
     try:
@@ -230,6 +249,20 @@ def _run_pooled(spec, extra: dict, size: dict, repeats: int, params: RunParams, 
                          seed=params.seed, quick=params.quick, folder=folder, log=log, rates=extra.get("pooled_rates"))
     return {**arm, "num_requests": num_requests, "scale_factor": factor, "long_quantile": quantile,
             "instance_tokens": tokens, "max_tokens": max_tokens, "errors": error_table(arm["points"])}
+
+
+def _run_lamina(spec, make, max_tokens: int, size: dict, repeats: int, params: RunParams, folder: Path,
+                log) -> dict:
+    from repro.experiments.sim_vs_real.lamina_arm import LaminaSetup, run_lamina_arm  # needs ray: checked above
+
+    max_batch = params.extra["max_batch_size"]
+    # the memory instance holds every running request whole: no preemption on either side
+    setup = LaminaSetup(blocks_per_instance=max_batch * num_blocks_for(max_tokens, POOLED_BLOCK_SIZE) + 1,
+                        block_size=POOLED_BLOCK_SIZE, max_batch_size=max_batch)
+    arm = run_lamina_arm(spec, make, setup, multipliers=size["lamina_multipliers"], repeats=repeats,
+                         seed=params.seed, quick=params.quick, folder=folder, log=log,
+                         rates=params.extra.get("lamina_rates"))
+    return {**arm, "max_tokens": max_tokens, "errors": error_table(arm["points"])}
 
 
 def _vllm_status(mode: str, device_type: str) -> str | None:
