@@ -35,7 +35,18 @@ class Gauges:
     remote_attention_bytes: int = 0  # so far (a counter's value)
 
 
-class LocalDriver:
+class _Driver:
+    """What both drivers read and do the same way: their `engine`'s work and its requests' entry."""
+
+    @property
+    def has_work(self) -> bool:
+        return self.engine.has_work
+
+    def add(self, seq) -> None:
+        self.engine.add_request(seq)
+
+
+class LocalDriver(_Driver):
     """The local Engine: `--instances` in this process, KV pooled, stepped by the loop's thread."""
     gmanager_rounds_counted = True
 
@@ -48,13 +59,6 @@ class LocalDriver:
         self.remote_bytes_per_holder = c.num_layers * (2 * c.num_heads * c.head_dim * model.dtype.itemsize
                                                        + 4 * c.num_heads)
         self.remote_attention_bytes = 0
-
-    @property
-    def has_work(self) -> bool:
-        return self.engine.has_work
-
-    def add(self, seq) -> None:
-        self.engine.add_request(seq)
 
     def abort(self, req_id: int) -> None:
         for inst in self.engine.instances:
@@ -103,7 +107,7 @@ class LocalDriver:
         pass
 
 
-class RayDriver:
+class RayDriver(_Driver):
     """The Ray engine (backends/ray/): the instances step by themselves; the driver dispatches and collects."""
     gmanager_rounds_counted = False  # the gManager actor runs its rounds on its own timer
 
@@ -111,13 +115,6 @@ class RayDriver:
         from reference_impl.backends.ray import RayEngine, init_ray
         self.started = init_ray(ray_config)
         self.engine = RayEngine(config, model, ray_config)
-
-    @property
-    def has_work(self) -> bool:
-        return self.engine.has_work
-
-    def add(self, seq) -> None:
-        self.engine.add_request(seq)
 
     def abort(self, req_id: int) -> None:
         engine = self.engine
