@@ -14,7 +14,7 @@ import numpy as np
 
 from reference_impl.calibration import readers
 from reference_impl.calibration.curve import Curve, fit_curve, isotonic, relative_errors, round_sig
-from reference_impl.calibration.specs import gpu_entry, gpu_names, model_entry, model_names, model_spec
+from reference_impl.calibration.specs import attention_shapes, gpu_entry, gpu_names, model_entry, model_names, model_spec
 from reference_impl.errors import InputError
 from reference_impl.calibration.links import INTER_NODE, INTRA_NODE
 
@@ -55,8 +55,8 @@ def _non_attention(root: Path, sku: str, files: dict) -> dict:
             continue
         spec = model_spec(model)
         per_tp, dims = readers.read_vidur_mlp(path)
-        expected = {"n_head": spec.num_heads, "n_kv_head": spec.num_kv_heads, "n_embd": spec.hidden,
-                    "n_expanded_embd": spec.intermediate}
+        expected = {"n_head": spec.num_heads, "n_kv_head": spec.num_kv_heads, "n_embd": spec.hidden_size,
+                    "n_expanded_embd": spec.intermediate_size}
         if dims != expected:
             raise InputError(f"{path} has layer dims {dims}, not {model}'s {expected}")
         rel = path.relative_to(root).as_posix()
@@ -92,18 +92,19 @@ def _measured_attention(root: Path, profile: str, hbm_bytes_per_s: float, files:
     layer) / TP / quadratic term c. The medians over the models and TP degrees of the file are kept."""
     path = root / "distserve" / profile
     fits = readers.read_distserve_fits(path)
-    by_name = {model_entry(m).get("distserve_name"): model_spec(m) for m in model_names()}
+    by_name = attention_shapes()
     kv_rates, prefill_rates, samples = [], [], []
     for name, per_tp in sorted(fits.items()):
         if name not in by_name:
             continue
-        spec = by_name[name]
-        kv_bytes = 2 * spec.num_kv_heads * spec.head_dim * PROFILE_DTYPE_BYTES * spec.num_layers
+        shape = by_name[name]
+        head_dim = shape["hidden"] // shape["num_heads"]
+        kv_bytes = 2 * shape["num_kv_heads"] * head_dim * PROFILE_DTYPE_BYTES * shape["num_layers"]
         for tp, (decode_s_per_token, prefill_s_per_token2) in sorted(per_tp.items()):
             kv_rate = kv_bytes / tp / decode_s_per_token
             kv_rates.append(kv_rate)
             if prefill_s_per_token2 > 0:
-                prefill_rates.append(2 * spec.hidden * spec.num_layers / tp / prefill_s_per_token2)
+                prefill_rates.append(2 * shape["hidden"] * shape["num_layers"] / tp / prefill_s_per_token2)
             samples.append({"model": name, "tp": tp, "kv_read_bytes_per_s": round_sig(kv_rate)})
     if not kv_rates:
         raise InputError(f"{path} has no decode fit for a known model ({', '.join(n for n in by_name if n)})")

@@ -1,7 +1,7 @@
 """Memory of one instance: weights per GPU, KV bytes per token, reserve, and the KV capacity left."""
 from dataclasses import dataclass
 
-from reference_impl.calibration.specs import ModelSpec
+from reference_impl.model.config import ModelConfig
 from reference_impl.errors import InputError
 
 
@@ -15,10 +15,10 @@ class MemoryModel:
     mem_bytes: float
 
     @classmethod
-    def for_setting(cls, spec: ModelSpec, *, tp: int, pp: int, dtype_bytes: int, mem_bytes: float,
+    def for_setting(cls, spec: ModelConfig, *, tp: int, pp: int, dtype_bytes: int, mem_bytes: float,
                     reserve_fraction: float) -> "MemoryModel":
         layers = spec.num_layers // pp
-        embeddings = spec.vocab * spec.hidden * (2 if pp == 1 else 1)  # input embedding, untied LM head
+        embeddings = spec.vocab_size * spec.hidden_size * (2 if pp == 1 else 1)  # input embedding, untied LM head
         weights = (layers * spec.layer_params() + embeddings) / tp * dtype_bytes
         kv = 2 * spec.kv_heads_per_gpu(tp) * spec.head_dim * dtype_bytes * layers
         return cls(weights, kv, reserve_fraction * mem_bytes, mem_bytes)

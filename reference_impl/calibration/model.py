@@ -124,14 +124,14 @@ class CalibratedPerfModel:
         prefill_rate = attention.get("prefill_attn_flops_per_s")
         kv_per_layer = 2 * spec.kv_heads_per_gpu(tp) * spec.head_dim * dtype
         overhead = hw.get("step_overhead_s", {}).get(model)
-        query = spec.hidden // tp * dtype
+        query = spec.hidden_size // tp * dtype
         return cls(
             num_layers=spec.num_layers, model=model, gpu=gpu, tp=tp, pp=pp, memory=memory,
             non_attention=Curve.from_json(per_tp[str(tp)]), all_reduce=all_reduce,
             link=resolve_link(hw, link, where), pp_link=resolve_link(hw, pp_link, where),
-            activation_bytes_per_token=spec.hidden * dtype,
+            activation_bytes_per_token=spec.hidden_size * dtype,
             kv_read_s_per_token=kv_per_layer / attention["kv_read_bytes_per_s"],
-            prefill_attn_s_per_pair=(4 * spec.hidden / tp / prefill_rate) if prefill_rate else 0.0,
+            prefill_attn_s_per_pair=(4 * spec.hidden_size / tp / prefill_rate) if prefill_rate else 0.0,
             query_bytes=query, result_bytes=query + spec.num_heads // tp * LSE_BYTES,
             step_overhead=StepOverhead.from_json(overhead) if overhead else None)
 

@@ -19,7 +19,7 @@ from reference_impl.calibration.curve import fit_curve, round_sig
 from reference_impl.calibration.engine_steps import op_level_model
 from reference_impl.calibration.fit import FORMAT, NON_ATTENTION_MAX_REL_ERR, curve_entry
 from reference_impl.profiling.step_overhead import measure_overhead
-from reference_impl.calibration.specs import ModelSpec
+from reference_impl.model.config import ModelConfig
 from reference_impl.kernels import micro_attention
 from reference_impl.model.kv_layer import causal_partial_attention
 
@@ -92,12 +92,12 @@ def _rotate(x, cos, sin):
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def _layer_fn(spec: ModelSpec, tokens: int, device, dtype, gen):
+def _layer_fn(spec: ModelConfig, tokens: int, device, dtype, gen):
     """Closure running one decoder layer's non-attention ops on `tokens` tokens: x [tokens, hidden]."""
-    h, d, hq, hkv = spec.hidden, spec.head_dim, spec.num_heads, spec.num_kv_heads
+    h, d, hq, hkv = spec.hidden_size, spec.head_dim, spec.num_heads, spec.num_kv_heads
     w = lambda *shape: torch.randn(*shape, generator=gen, device="cpu").mul_(0.02).to(device, dtype)  # noqa: E731
     w_qkv, w_o = w((hq + 2 * hkv) * d, h), w(h, hq * d)
-    w_gate_up, w_down = w(2 * spec.intermediate, h), w(h, spec.intermediate)
+    w_gate_up, w_down = w(2 * spec.intermediate_size, h), w(h, spec.intermediate_size)
     norm1, norm2 = torch.ones(h, device=device, dtype=dtype), torch.ones(h, device=device, dtype=dtype)
     x = w(tokens, h)
     angle = torch.arange(tokens, device=device)[:, None] * torch.arange(d, device=device)[None, :] * 1e-3
@@ -119,7 +119,7 @@ def _layer_fn(spec: ModelSpec, tokens: int, device, dtype, gen):
     return run
 
 
-def _kv_read(spec: ModelSpec, plan: ProfilePlan, device, dtype, gen) -> tuple[float, float]:
+def _kv_read(spec: ModelConfig, plan: ProfilePlan, device, dtype, gen) -> tuple[float, float]:
     """(KV bytes read per second, seconds per call beyond the read) of micro_attention over the plan's lengths."""
     # The kernel a deployment runs: Triton on a GPU; on CPU the torch path (the interpreter is no measure).
     backend = "triton" if device.type == "cuda" else "torch"
@@ -151,13 +151,13 @@ def _randn(shape, gen: torch.Generator, device: torch.device, dtype: torch.dtype
     return torch.randn(*shape, generator=dev_gen, device=device, dtype=dtype)
 
 
-def _prefill_attn_flops_per_s(spec: ModelSpec, plan: ProfilePlan, device, dtype, gen) -> float:
+def _prefill_attn_flops_per_s(spec: ModelConfig, plan: ProfilePlan, device, dtype, gen) -> float:
     n = plan.prefill_tokens
     q = torch.randn(n, spec.num_heads, spec.head_dim, generator=gen).to(device, dtype)
     k, v = (torch.randn(n, spec.num_kv_heads, spec.head_dim, generator=gen).to(device, dtype) for _ in range(2))
     pos = torch.arange(n, device=device)
     run = lambda: causal_partial_attention(q, k, v, pos, pos, spec.head_dim ** -0.5)  # noqa: E731
-    return 4 * spec.hidden * (n * (n + 1) // 2) / _timed_median_s(run, device, plan.repeats, plan.clock)
+    return 4 * spec.hidden_size * (n * (n + 1) // 2) / _timed_median_s(run, device, plan.repeats, plan.clock)
 
 
 def _memcpy(plan: ProfilePlan, device) -> tuple[list[int], list[float]]:
@@ -176,7 +176,7 @@ def _mem_bytes(device: torch.device) -> float:
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
-def profile(spec: ModelSpec, *, name: str, device: torch.device, dtype: torch.dtype, quick: bool, seed: int,
+def profile(spec: ModelConfig, *, name: str, device: torch.device, dtype: torch.dtype, quick: bool, seed: int,
             plan: ProfilePlan | None = None) -> dict:
     """Measure everything the cost model needs for `spec` at tp=1 on `device`; returns the document."""
     plan = plan or ProfilePlan.make(quick, on_gpu=device.type == "cuda")

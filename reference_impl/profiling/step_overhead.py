@@ -19,18 +19,11 @@ import torch
 
 from reference_impl.backends.local import LocalBackend
 from reference_impl.calibration.overhead import median_curve_entry
-from reference_impl.calibration.specs import ModelSpec
+from reference_impl.model.config import ModelConfig
 from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.control.engine import Engine, EngineConfig
 from reference_impl.control.sequence import Sequence, num_blocks_for
-from reference_impl.model.llama import ModelConfig, random_model
-
-def engine_model_config(spec: ModelSpec, num_layers: int | None = None):
-    """The engine's ModelConfig of `spec` (all its layers by default)."""
-    return ModelConfig(vocab_size=spec.vocab, hidden_size=spec.hidden, intermediate_size=spec.intermediate,
-                       num_layers=spec.num_layers if num_layers is None else num_layers, num_heads=spec.num_heads,
-                       num_kv_heads=spec.num_kv_heads)
-
+from reference_impl.model.llama import random_model
 
 class _TimedForward:
     """Wraps a backend's model part (`ModelRunner.compute`: a CUDA-graph replay or the eager forward); `last_s` is
@@ -62,13 +55,13 @@ def _timed_step(engine, timer: _TimedForward) -> tuple[float, float]:
     return timer.now() - start, timer.last_s
 
 
-def measure_overhead(spec: ModelSpec, layers, *, batches, prompt_len: int, prefill_seqs, context_tokens: int,
+def measure_overhead(spec: ModelConfig, layers, *, batches, prompt_len: int, prefill_seqs, context_tokens: int,
                      repeats: int, device: torch.device, dtype: torch.dtype, seed: int, source: str,
                      now=time.perf_counter) -> dict:
     """{"decode": curve over batch size, "prefill": curve over a step's prompt tokens (k prompts of `prompt_len`),
     each with its two parts} in seconds
     per step. `layers`: the cost model of the op-level profile (a PerfModel without step overhead)."""
-    model = random_model(engine_model_config(spec), seed, dtype, device)
+    model = random_model(spec, seed, dtype, device)
     timer = _TimedForward(device, now)
     block_size = EngineConfig().block_size
     rng = np.random.default_rng(seed)
@@ -83,7 +76,7 @@ def measure_overhead(spec: ModelSpec, layers, *, batches, prompt_len: int, prefi
     for b in batches:
         engine = engine_for(b * num_blocks_for(context_tokens + repeats + 2, block_size) + 1, b)
         for i in range(b):
-            engine.add_request(Sequence(i, rng.integers(0, spec.vocab, context_tokens).tolist(), repeats + 2))
+            engine.add_request(Sequence(i, rng.integers(0, spec.vocab_size, context_tokens).tolist(), repeats + 2))
         engine.step()  # the prefill of all b
         engine.step()  # warm-up decode
         rows = []
@@ -99,7 +92,7 @@ def measure_overhead(spec: ModelSpec, layers, *, batches, prompt_len: int, prefi
         rows = []
         for r in range(repeats + 1):  # requests finished at their prefill; the first sample warms up
             for i in range(k):
-                engine.add_request(Sequence(r * k + i, rng.integers(0, spec.vocab, prompt_len).tolist(), 1))
+                engine.add_request(Sequence(r * k + i, rng.integers(0, spec.vocab_size, prompt_len).tolist(), 1))
             step_s, forward_s = _timed_step(engine, timer)
             rows.append((step_s - forward_s, forward_s - step_time_s(layers, load)))
         prefill.append(np.median(rows[1:], axis=0))

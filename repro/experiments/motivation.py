@@ -49,14 +49,14 @@ def utilisation() -> list[dict]:
     m = CalibratedPerfModel.for_setting(model=MODEL, gpu=GPU, tp=1)
     spec, gpu = model_spec(MODEL), gpu_entry(GPU)
     peak_flops, hbm = gpu["bf16_dense_tflops"] * 1e12, gpu["hbm_gb_s"] * 1e9
-    flops_per_token = 2 * (spec.num_layers * spec.layer_params() + spec.vocab * spec.hidden)
+    flops_per_token = 2 * (spec.num_layers * spec.layer_params() + spec.vocab_size * spec.hidden_size)
     kv_per_token = m.memory.kv_bytes_per_token_per_gpu
     rows = []
     for ctx in UTIL_CONTEXTS:
         max_batch = m.memory.kv_capacity_tokens // ctx
         for batch in [b for b in UTIL_BATCHES if b <= max_batch] + [max_batch]:
             step = step_time_s(m, InstanceLoad(batch, batch * ctx))
-            flops = batch * flops_per_token + 4 * batch * ctx * spec.hidden * spec.num_layers
+            flops = batch * flops_per_token + 4 * batch * ctx * spec.hidden_size * spec.num_layers
             moved = m.memory.weight_bytes_per_gpu + batch * ctx * kv_per_token
             rows.append({"context_len": ctx, "batch_size": batch, "max_batch": max_batch, "step_ms": step * 1e3,
                          "compute_util": flops / step / peak_flops, "memory_util": moved / step / hbm})

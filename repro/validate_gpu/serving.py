@@ -16,7 +16,6 @@ from reference_impl.calibration.specs import model_spec
 from reference_impl.control.engine import EngineConfig
 from reference_impl.control.sequence import num_blocks_for
 from reference_impl.model.llama import random_model
-from reference_impl.profiling.step_overhead import engine_model_config
 from reference_impl.sim.config import SimConfig, sim_engine
 from reference_impl.systems.run import simulate
 from repro.experiments.sim_vs_real.calibration import calibrate
@@ -55,7 +54,7 @@ def rates_in_time(sat_rate: float, makespan_s: float, multipliers, until: float,
 def run(size, device: torch.device) -> dict:
     spec = model_spec(size.model)
     dtype = getattr(torch, size.dtype)
-    model = random_model(engine_model_config(spec), SEED, dtype, device)
+    model = random_model(spec, SEED, dtype, device)
     num_blocks = size.max_batch_size * num_blocks_for(size.max_tokens, BLOCK_SIZE) + 1  # no preemption
     engine_config = EngineConfig(1, num_blocks, block_size=BLOCK_SIZE, max_batch_size=size.max_batch_size, seed=SEED)
 

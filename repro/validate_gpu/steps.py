@@ -8,6 +8,7 @@ bandwidth (weights + KV read, over the step time) against the device's HBM peak,
 TFLOP/s (2 x parameters x tokens + causal attention) against the dense fp16/bf16 peak."""
 import statistics
 import time
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,7 +22,6 @@ from reference_impl.control.engine import EngineConfig
 from reference_impl.control.rblock import DEVICE, RBlock
 from reference_impl.control.sequence import Sequence, num_blocks_for
 from reference_impl.model.llama import random_model
-from reference_impl.profiling.step_overhead import engine_model_config
 from repro.benchmarks.timing import peak_bandwidth_gb_s
 from repro.validate_gpu.sizes import COMMITTED_GPU, COMMITTED_MODEL
 
@@ -143,7 +143,7 @@ def decode_grid(batches, contexts, capacity_tokens: int):
 
 def run(size, device: torch.device) -> dict:
     spec = model_spec(size.model)
-    config = engine_model_config(spec, size.num_layers)
+    config = replace(spec, num_layers=size.num_layers)
     dtype = getattr(torch, size.dtype)
     model = random_model(config, SEED, dtype, device)
     predictor = CalibratedPerfModel.for_setting(model=COMMITTED_MODEL, gpu=COMMITTED_GPU, link="intra-node")

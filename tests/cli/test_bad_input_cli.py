@@ -190,7 +190,7 @@ def test_sizes_beyond_the_machine_are_refused_up_front(in_tmp, capsys, argv, exp
 @pytest.mark.parametrize("argv, expected", [
     (["simulate", "--workload", "w.jsonl", "--model", "llama-tiny"], "no non-attention profile of llama-tiny"),
     (["simulate", "--workload", "w.jsonl", "--link", "x"], "unknown link 'x'; give intra-node, inter-node"),
-    (["simulate", "--workload", "w.jsonl", "--model", "opt-13b", "--gpu", "H100-SXM"], "profiled llama2-13b"),
+    (["simulate", "--workload", "w.jsonl", "--model", "opt-13b", "--gpu", "H100-SXM"], "unknown model 'opt-13b': choose"),
     (["generate", "--prompt-len", "100", "--block-size", "4", "--blocks-per-instance", "3", "--instances", "4",
       "--no-pooling"], "raise --blocks-per-instance (with --no-pooling"),
 ])

@@ -128,8 +128,8 @@ def test_network_bytes_per_token_by_hand():
     n, prompt, output = 12, 500, 30
     result = simulate(lamina(), fixed(n, prompt, output))
     spec = model_spec("llama2-7b")
-    per_decode = spec.num_layers * 4 * spec.hidden * 2  # MHA: q, k, v and the output, hidden wide, BF16
-    per_prompt_token = 2 * spec.hidden * 2 * spec.num_layers
+    per_decode = spec.num_layers * 4 * spec.hidden_size * 2  # MHA: q, k, v and the output, hidden wide, BF16
+    per_prompt_token = 2 * spec.hidden_size * 2 * spec.num_layers
     want = (n * (output - 1) * per_decode + n * prompt * per_prompt_token) / (n * output)
     assert result.design_counters["network_bytes_per_token"] == pytest.approx(want)
     assert 0 < result.design_counters["memory_pool_busy_frac"] < result.design_counters["compute_busy_frac"] < 1

@@ -47,7 +47,7 @@ def test_the_fit_recovers_a_known_engine_from_its_steps(tmp_path):
 
     def prefill_s(k, n):
         pairs = k * causal_prefill_pairs(n)
-        return spec.num_layers * (non_attention(k * n) + pairs * 4 * spec.hidden / prefill_rate) + 5e-3 + 2e-6 * k * n
+        return spec.num_layers * (non_attention(k * n) + pairs * 4 * spec.hidden_size / prefill_rate) + 5e-3 + 2e-6 * k * n
 
     decode = [DecodeStep(b, kv, decode_s(b, kv)) for b in (1, 4, 16) for kv in (b * 64,)]
     decode += [DecodeStep(16, kv, decode_s(16, kv)) for kv in (16 * 32, 16 * 96, 16 * 128)]

@@ -39,7 +39,7 @@ def compute_s(model: CalibratedPerfModel, batch: int) -> float:
 def _layers_and_bytes_per_token_layer(model: str) -> tuple[int, int]:
     spec = model_spec(model)
     kv_dim = spec.num_kv_heads * spec.head_dim
-    return spec.num_layers, (spec.hidden + 2 * kv_dim + spec.hidden) * DTYPE_BYTES
+    return spec.num_layers, (spec.hidden_size + 2 * kv_dim + spec.hidden_size) * DTYPE_BYTES
 
 
 def network_bytes(model: str, batch: int) -> int:

@@ -86,7 +86,7 @@ def point_with_prefill(prefill_flops_per_s: float, task) -> dict:
     cfg = system_config(task.system, task.base)
     model = sim_config.perf_model(cfg)
     key = (cfg.model, cfg.gpu, cfg.tp, cfg.pp, str(cfg.link), None, None)  # sim/config.py's cache key
-    per_pair = 4 * model_spec(cfg.model).hidden / cfg.tp / prefill_flops_per_s
+    per_pair = 4 * model_spec(cfg.model).hidden_size / cfg.tp / prefill_flops_per_s
     sim_config._MODELS[key] = dataclasses.replace(model, prefill_attn_s_per_pair=per_pair)
     try:
         return run_point(task.system, task.base, task.requests, task.rate_per_s, task.seed,

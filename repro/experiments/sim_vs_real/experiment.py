@@ -30,7 +30,6 @@ from reference_impl.control.engine import EngineConfig
 from reference_impl.control.sequence import num_blocks_for
 from reference_impl.errors import InputError
 from reference_impl.model.llama import random_model
-from reference_impl.profiling.step_overhead import engine_model_config
 from reference_impl.sim.config import SimConfig, sim_engine
 from reference_impl.systems.run import simulate
 from repro.framework.base import Experiment, RunParams, default_run_id
@@ -137,7 +136,7 @@ def run(params: RunParams, log) -> dict:
     torch.set_num_threads(extra["threads"])
     spec = model_spec(extra["model"])
     dtype = torch.float32 if device.type == "cpu" else torch.float16
-    model = random_model(engine_model_config(spec), params.seed, dtype, device)
+    model = random_model(spec, params.seed, dtype, device)
     num_blocks = max_batch * num_blocks_for(max_tokens, BLOCK_SIZE) + 1  # every running request fits: no preemption
     engine_config = EngineConfig(1, num_blocks, block_size=BLOCK_SIZE, max_batch_size=max_batch, seed=params.seed)
     make = lambda rate: _requests(extra["trace"], num_requests, rate, max_tokens, params.seed)  # noqa: E731

@@ -28,7 +28,6 @@ from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.control.engine import EngineConfig
 from reference_impl.control.gmanager import GManagerConfig
 from reference_impl.model.llama import random_model
-from reference_impl.profiling.step_overhead import engine_model_config
 from reference_impl.serving.records import REJECTED
 from reference_impl.sim.config import SimConfig
 from reference_impl.systems.catalog import design
@@ -105,7 +104,7 @@ def run_lamina_arm(spec, make_requests, setup: LaminaSetup, *, multipliers, repe
                    folder: Path, log, rates=None) -> dict:
     """Measured and simulated runs of Lamina and Infinite-LLM at every rate; `make_requests(rate)` gives the
     workload (every request fits the memory instance: no preemption on either side)."""
-    model = random_model(engine_model_config(spec), seed, torch.float32)
+    model = random_model(spec, seed, torch.float32)
     threads_before = torch.get_num_threads()
     ray_config = RayConfig(num_cpus=setup.num_instances, cpus_per_instance=1.0 / len(SYSTEMS))
     configs = {LAMINA: lamina_engine_config(EngineConfig(setup.num_instances, setup.blocks_per_instance,

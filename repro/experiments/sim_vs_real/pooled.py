@@ -36,7 +36,6 @@ from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.control.engine_config import REAL_GMANAGER_INTERVAL_S
 from reference_impl.control.gmanager import GManagerConfig
 from reference_impl.model.llama import random_model
-from reference_impl.profiling.step_overhead import engine_model_config
 from reference_impl.serving.records import REJECTED
 from reference_impl.sim.config import SimConfig
 from reference_impl.systems.run import simulate
@@ -108,7 +107,7 @@ def _max_tput_ratio(points: list[dict], side: str) -> float | None:
 def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repeats: int, seed: int, quick: bool,
                    folder: Path, log, rates=None) -> dict:
     """Measured and simulated runs of both systems at every rate; `make_requests(rate)` gives the workload."""
-    model = random_model(engine_model_config(spec), seed, torch.float32)
+    model = random_model(spec, seed, torch.float32)
     threads_before = torch.get_num_threads()
     # a core per instance, and both systems' engines stay warm (one serves at a time, the others held), beside the
     # one-instance engine whose steps calibrate the step overhead: a third of a logical CPU per instance places

@@ -28,7 +28,6 @@ from reference_impl.calibration.engine_steps import fit_engine_steps
 from reference_impl.errors import InputError
 from reference_impl.model.llama import random_model
 from reference_impl.profiling.local import ProfilePlan, profile
-from reference_impl.profiling.step_overhead import engine_model_config
 from reference_impl.serving.records import RequestRecord, ServingRun
 from reference_impl.sim.config import SimConfig, sim_engine
 from reference_impl.systems.run import simulate
@@ -111,10 +110,10 @@ def run_arm(spec, make_requests, rates, *, max_batch: int, max_tokens: int, repe
     budget = kwargs["max_num_batched_tokens"]
     burst = make_requests(float("inf"))
     grid = _grid(burst, max_batch, max_tokens, budget, quick)
-    model = random_model(engine_model_config(spec), seed, torch.float32)
+    model = random_model(spec, seed, torch.float32)
     hf = save_hf_folder(model, Path(folder) / "vllm-hf")
     rng = np.random.default_rng(seed)
-    prompts = random_prompts([r.prompt_len for r in burst], spec.vocab, rng)  # the same prompts at every rate
+    prompts = random_prompts([r.prompt_len for r in burst], spec.vocab_size, rng)  # the same prompts at every rate
 
     def job_round(requests):
         return requests_of([prompts[r.req_id] for r in requests], [r.output_len for r in requests],
@@ -124,7 +123,7 @@ def run_arm(spec, make_requests, rates, *, max_batch: int, max_tokens: int, repe
     runs, calibrations, jobs = [], [], []
     for repeat in range(repeats):
         ops = _ops_profile(spec, grid, budget, seed + repeat, quick)
-        calib = grid_rounds(grid, spec.vocab, rng)
+        calib = grid_rounds(grid, spec.vocab_size, rng)
         rounds = [job_round(burst[: min(4, len(burst))]), *calib, job_round(burst), *map(job_round, workloads)]
         load_before = load_1m()
         done = run_vllm_rounds(setup, hf, rounds, log_path=str(Path(folder) / f"vllm-{repeat}.log"))
