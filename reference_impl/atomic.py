@@ -3,6 +3,7 @@
 `check_writable_file` / `check_writable_dir` let a command find an unwritable output before it starts the work.
 """
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -81,5 +82,20 @@ def write_text_atomic(path: str | os.PathLike, text: str, *, make_dirs: bool = T
     return path
 
 
-def write_json_atomic(path: str | os.PathLike, obj, *, make_dirs: bool = True) -> Path:
-    return write_text_atomic(path, json.dumps(obj, indent=2) + "\n", make_dirs=make_dirs)
+def strict_json(obj):
+    """`obj` with every non-finite float as the string "inf", "-inf" or "nan" (float() reads them back): strict JSON
+    that any parser reads, where Python's json would write the non-standard Infinity and NaN."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
+
+
+def write_json_atomic(path: str | os.PathLike, obj, *, make_dirs: bool = True, strict: bool = True) -> Path:
+    """`obj` as indented JSON, strict (strict_json) unless `strict` is False (Python's own dialect, for files only
+    this project reads back and checksums as written)."""
+    text = json.dumps(strict_json(obj), indent=2, allow_nan=False) if strict else json.dumps(obj, indent=2)
+    return write_text_atomic(path, text + "\n", make_dirs=make_dirs)

@@ -46,7 +46,7 @@ class PointStore:
 
     def put(self, key: str, fields: dict, point: dict, cpu_s: float) -> None:
         write_json_atomic(self.path(key), {"key": key, "fields": fields, "point": point, "cpu_s": cpu_s,
-                                           "point_sha256": sha256_text(canonical(point))})
+                                           "point_sha256": sha256_text(canonical(point))}, strict=False)
 
 
 def store_location(param: str | None) -> str:
