@@ -56,12 +56,20 @@ class EngineConfig:
     def blocks_per_instance_total(self) -> int:
         return self.blocks_per_instance + self.cpu_blocks_per_instance
 
-    def check_fits(self, seq: Sequence) -> None:
-        """Raise InputError when `seq`, prompt and all its new tokens, fits nowhere in this cluster."""
-        need = num_blocks_for(seq.num_tokens + seq.max_new_tokens, self.block_size)
+    def room_blocks(self) -> int:
+        """The most rBlocks one request may hold: its instance's, plus what the others may lend it when pooling."""
         room = self.blocks_per_instance_total
         if self.pooling:
             room += (self.num_instances - 1) * min(room, self.max_lent_blocks or room)
+        return room
+
+    def fits(self, seq: Sequence) -> bool:
+        """Whether `seq`, prompt and all its new tokens, fits somewhere in this cluster."""
+        return num_blocks_for(seq.num_tokens + seq.max_new_tokens, self.block_size) <= self.room_blocks()
+
+    def check_fits(self, seq: Sequence) -> None:
+        """Raise InputError when `seq`, prompt and all its new tokens, fits nowhere in this cluster."""
+        need, room = num_blocks_for(seq.num_tokens + seq.max_new_tokens, self.block_size), self.room_blocks()
         if need > room:
             raise InputError(f"request {seq.req_id} needs {need} rBlocks of {self.block_size} tokens but "
                              f"the {'cluster' if self.pooling else 'instance'} has {room}; "

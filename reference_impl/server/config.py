@@ -54,11 +54,8 @@ class ServedModel:
 
 
 def max_model_len(config: EngineConfig) -> int:
-    """The most tokens one request may hold (EngineConfig.check_fits' room, in tokens)."""
-    room = config.blocks_per_instance_total
-    if config.pooling:
-        room += (config.num_instances - 1) * min(room, config.max_lent_blocks or room)
-    return room * config.block_size
+    """The most tokens one request may hold (EngineConfig.room_blocks, in tokens)."""
+    return config.room_blocks() * config.block_size
 
 
 def load_served(config: ServerConfig) -> ServedModel:

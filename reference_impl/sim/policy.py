@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from reference_impl.control.placement import Placement
 from reference_impl.control.sequence import Sequence
-from reference_impl.errors import InputError
 
 if TYPE_CHECKING:
     from reference_impl.sim.config import SimConfig
@@ -114,11 +113,7 @@ class Policy:
     def dispatch(self, seq: Sequence) -> int | None:
         """The instance a new request joins (None: rejected, the cluster cannot hold it)."""
         engine = self.cluster.engine
-        try:
-            engine.config.check_fits(seq)
-        except InputError:
-            return None
-        return engine.add_request(seq)
+        return engine.add_request(seq) if engine.config.fits(seq) else None
 
     def finish(self) -> None:
         """The run ended: copy the design's own counters onto the run's result (ServingRun.design_counters)."""

@@ -15,14 +15,6 @@ from reference_impl.systems.llumnix.knobs import LlumnixKnobs
 from reference_impl.systems.llumnix.migration import ABORT_REASONS, Migrator
 
 
-def fits(config, seq: Sequence) -> bool:
-    try:
-        config.check_fits(seq)
-    except InputError:
-        return False
-    return True
-
-
 class LlumnixBackend(SimBackend):
     """The default step prices; before an instance schedules a step, the migrations waiting for its step boundary
     take their requests out of its batch (the policy's StepHooks.before_step)."""
@@ -61,7 +53,7 @@ class LlumnixPolicy(Policy):
     def dispatch(self, seq: Sequence) -> int | None:
         """The freest instance (ties: the lowest id), after the capacity check of vLLM-M's (KV whole on one)."""
         engine = self.cluster.engine
-        if not fits(engine.config, seq):
+        if not engine.config.fits(seq):
             return None
         inst = max(engine.instances, key=lambda i: (freeness_tok(i, self.watermark_blocks, self.block_size),
                                                     -i.inst_id))

@@ -8,7 +8,6 @@
   DGFM nor a debtor's retrieval of borrowed blocks run (`runs_gmanager` False; placement.py turns retrieval off).
 """
 from reference_impl.control.sequence import Sequence
-from reference_impl.errors import InputError
 from reference_impl.control.placement import Placement
 from reference_impl.sim.policy import Policy, StepHooks
 from reference_impl.systems.loongserve.placement import LoongServePlacement
@@ -34,9 +33,7 @@ class LoongServePolicy(Policy):
 
     def dispatch(self, seq: Sequence) -> int | None:
         engine = self.cluster.engine
-        try:
-            engine.config.check_fits(seq)
-        except InputError:
+        if not engine.config.fits(seq):
             return None
         master = min(engine.instances, key=lambda i: (self.in_prefill(i.inst_id),
                                                       i.scheduler.num_waiting_blocks - i.rm.num_free,
