@@ -1,8 +1,6 @@
 """Lamina's attention offloading on the local engine (real model, real KV): compute instances hold no KV, memory
 instances hold all of it and compute its attention (DistAttention's remote path); the tokens equal one instance's
 and transformers' greedy generation (the reference of tests/engine)."""
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,12 +10,7 @@ from reference_impl.errors import InputError
 from reference_impl.model.llama import load_model
 from reference_impl.systems.lamina.local import generate_lamina
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
-from test_engine_equivalence import NUM_NEW, hf_folder, hf_greedy  # noqa: E402,F401  (the tiny model, its reference)
-
-BLOCK = 4
-PROMPTS = [[(7 * i + 3) % 256 for i in range(30)], [200, 1, 45, 45, 9, 130, 7, 88, 19, 240, 66, 3, 14, 90],
-           [(11 * i + 5) % 256 for i in range(21)]]
+from tiny_cases import BLOCK, NUM_NEW, PROMPTS, hf_folder, hf_greedy  # noqa: F401  (hf_folder: a fixture)
 
 
 def test_kv_on_memory_instances_decodes_as_one_instance(hf_folder):

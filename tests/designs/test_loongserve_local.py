@@ -1,8 +1,6 @@
 """LoongServe's placement and multi-master decode on the local engine (real model, real KV): a prompt larger than
 its master is placed over idle instances at admission, decodes scale up onto further instances without moving old
 KV, and every token equals transformers' greedy generation (the reference of tests/engine)."""
-import sys
-from pathlib import Path
 
 from reference_impl.backends.local import LocalBackend
 from reference_impl.control.engine import Engine, EngineConfig
@@ -11,8 +9,7 @@ from reference_impl.model.llama import load_model
 from reference_impl.systems.loongserve import loongserve_engine
 from reference_impl.systems.loongserve.placement import LoongServePlacement
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
-from test_engine_equivalence import NUM_NEW, hf_folder, hf_greedy  # noqa: E402,F401  (the tiny model, its reference)
+from tiny_cases import NUM_NEW, hf_folder, hf_greedy  # noqa: F401  (hf_folder: a fixture)
 
 BLOCK, BLOCKS = 4, 12  # 48 tokens an instance: the first prompt needs two, decoding needs more
 PROMPTS = [[(7 * i + 3) % 256 for i in range(60)], [200, 1, 45, 45, 9, 130, 7, 88, 19, 240, 66, 3, 14, 90]]

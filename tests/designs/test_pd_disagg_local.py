@@ -1,8 +1,6 @@
 """Prefill/decode disaggregation on the local engine (real model, real KV): every request is prefilled on a prefill
 instance, moved whole with its KV to a decode instance, and decoded there; its tokens equal one instance's and
 transformers' greedy generation (the reference of tests/engine)."""
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,12 +10,7 @@ from reference_impl.errors import InputError
 from reference_impl.model.llama import load_model
 from reference_impl.systems.pd_disagg.local import generate_pd
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "engine"))
-from test_engine_equivalence import NUM_NEW, hf_folder, hf_greedy  # noqa: E402,F401  (the tiny model, its reference)
-
-BLOCK = 4
-PROMPTS = [[(7 * i + 3) % 256 for i in range(30)], [200, 1, 45, 45, 9, 130, 7, 88, 19, 240, 66, 3, 14, 90],
-           [(11 * i + 5) % 256 for i in range(21)]]
+from tiny_cases import BLOCK, NUM_NEW, PROMPTS, hf_folder, hf_greedy  # noqa: F401  (hf_folder: a fixture)
 
 
 def test_prefilled_on_one_decoded_on_another_as_one_instance(hf_folder):
