@@ -32,3 +32,10 @@ def test_a_module_that_needs_torch_is_caught():
     proc = subprocess.run([sys.executable, "-c", CODE.format(packages=("reference_impl.profiling",))], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "torch" in proc.stderr
+
+
+def test_the_model_shape_is_torch_free():
+    """The engine's ModelConfig is the cost model's model description too: it must import where torch cannot."""
+    code = 'import sys; sys.modules["torch"] = None; import reference_impl.model.config'
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
