@@ -68,7 +68,8 @@ class Instance:
     def begin_step(self, backend: Backend) -> tuple[list[Sequence], bool]:
         """The control half before execute (one KV chunk moved, the batch scheduled); a backend that runs the
         model elsewhere (the Ray actors' loops) calls it, then `end_step` with the tokens."""
-        self.rm.advance_moves(backend.copy_blocks, self.move_chunk_blocks)
+        if self.rm.moves:  # (most steps move nothing)
+            self.rm.advance_moves(backend.copy_blocks, self.move_chunk_blocks)
         return self.scheduler.schedule()
 
     def end_step(self, seqs: list[Sequence], token_ids: list[int]) -> list[Sequence]:

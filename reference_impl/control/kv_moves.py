@@ -23,26 +23,15 @@ class KVMove:
 
 
 class KVMoves:
-    """Mixed into RManager: its home requests' moves (`moves`, indexed by request). What it reads of the
+    """Mixed into RManager: its home requests' moves (`moves`, and `_moves_by_req`: indexed by request; both
+    made empty by the rManager). What it reads of the
     rManager is public: inst_id, peers, tables, holders_by_req, hosted, frozen, exclusive_roles, is_creditor,
     num_lent, set_block, home_of, note_change; the rManager calls is_moving_out, block_placed and cancel_moves."""
 
     @property
-    def moves(self) -> list[KVMove]:
-        return self._moves
-
-    @moves.setter
-    def moves(self, moves) -> None:
-        self._moves = list(moves)
-        self.note_change()
-        self._moves_by_req: dict[int, list[KVMove]] = {}
-        for m in self._moves:
-            self._moves_by_req.setdefault(m.req_id, []).append(m)
-
-    @property
     def is_moving_out(self) -> bool:
         """A move is taking blocks of a home request to another instance."""
-        return bool(self._moves) and any(m.dst_inst != self.inst_id for m in self._moves)
+        return bool(self.moves) and any(m.dst_inst != self.inst_id for m in self.moves)
 
     def cancel_moves(self, req_id: int) -> None:
         """Drop the pending moves of home request `req_id` and the room they reserved."""
@@ -51,12 +40,12 @@ class KVMoves:
             self._drop_move(move)
 
     def _add_move(self, move: KVMove) -> None:
-        self._moves.append(move)
+        self.moves.append(move)
         self.note_change()
         self._moves_by_req.setdefault(move.req_id, []).append(move)
 
     def _drop_move(self, move: KVMove) -> None:
-        self._moves.remove(move)
+        self.moves.remove(move)
         self.note_change()
         same = self._moves_by_req[move.req_id]
         same.remove(move)
@@ -121,8 +110,8 @@ class KVMoves:
 
     def advance_moves(self, copy_blocks, max_blocks: int) -> int:
         """Move up to `max_blocks` blocks of the pending moves (one chunk); returns the number moved."""
-        if not self._moves:
-            return 0  # (every step asks)
+        if not self.moves:
+            return 0
         budget = max_blocks
         pairs = []
         moved = set()  # (req_id, index): a block moves at most once per chunk, so copies never chain

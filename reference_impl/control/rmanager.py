@@ -44,7 +44,8 @@ class RManager(Borrowing, KVMoves):
         self.changes = Changes() if changes is None else changes
         self._lendable = Memo()  # num_lendable, per version
         self._peers_lendable = None if changes is None else Memo()  # what the peers may lend, per changes.memory
-        self.moves: list[KVMove] = []
+        self.moves: list[KVMove] = []  # (kv_moves.py)
+        self._moves_by_req: dict[int, list[KVMove]] = {}
         self.frozen: set[int] = set()
         self.peers = {} if peers is None else peers
         self.peers[inst_id] = self

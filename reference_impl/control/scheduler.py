@@ -112,7 +112,8 @@ class Scheduler:
     def schedule(self) -> tuple[list[Sequence], bool]:
         """Prefill the waiting requests that fit, else one decode step for every running request (chunked:
         decode the running requests and prefill prompt chunks in one step)."""
-        admitted = self._admit()
+        # (most steps: nothing waits, so nothing to admit or to mark blocked)
+        admitted = self._admit() if self.waiting or self._head_blocked else []
         if self.chunked_prefill_tokens is not None:
             for seq in admitted:
                 seq.prefill_left = seq.num_tokens
@@ -168,9 +169,6 @@ class Scheduler:
                    for s in self.running)
 
     def _admit(self) -> list[Sequence]:
-        if not self.waiting:  # (most steps)
-            self.is_head_blocked = False
-            return []
         admitted, blocked = [], False
         while self.waiting and len(self.running) + len(admitted) < self.max_batch_size:
             seq = self.waiting[0]
@@ -208,7 +206,7 @@ class Scheduler:
         return self.head_blocks > self.rm.pool.num_capacity and self._lends_and_may_not_borrow
 
     def _may_retrieve(self) -> None:
-        if self.recommend is None or not self.rm.num_borrowed:
+        if not self.rm.num_borrowed or self.recommend is None:  # (most steps: nothing to bring home)
             self.num_retrievable = 0
             return
         if self.retrieval is None:

@@ -38,6 +38,10 @@ class Pending:
 
 
 NOTHING_PAID = Pending()  # what a step that paid for nothing paid (shared: never changed)
+NO_CREDITORS = frozenset()  # of a step that no creditor serves
+# A step's compute time is a function of its load alone (InstanceLoad), so the backend keeps it per load of steps
+# without prompt tokens (decode batches: few shapes, millions of steps), up to this many loads.
+MEMO_LOADS = 1 << 17
 
 
 @dataclass(slots=True)
@@ -66,10 +70,6 @@ class StepOutcome:
     def ran(self) -> bool:
         return bool(self.seqs)
 
-    @property
-    def frees_room(self) -> bool:
-        return bool(self.finished) or self.num_moved_blocks > 0
-
 
 class SimBackend:
     """The engine's backend in the simulator: `step` runs the control plane of one instance step and returns its
@@ -92,7 +92,8 @@ class SimBackend:
         self.pending = [Pending() for _ in range(config.engine.num_instances)]
         self.meter = StepMeter()
         self.block_size = config.engine.block_size
-        self._dummy: list[int] = []
+        self._compute_s: dict[tuple, float] = {}  # InstanceLoad's fields -> compute time of a step (MEMO_LOADS)
+        self._tokens = [0] * config.engine.max_batch_size  # dummy tokens, one list (postprocess only reads it)
 
     def copy_blocks(self, pairs) -> None:
         bs, pending = self.config.engine.block_size, self.pending
@@ -113,14 +114,10 @@ class SimBackend:
             return StepOutcome(seqs, [], duration_s, 0, paid, self.num_moved_blocks - moved_before)
         outcome = self.execute(instance, seqs, is_prefill, co_running)
         outcome.num_moved_blocks = self.num_moved_blocks - moved_before
-        outcome.finished = instance.end_step(seqs, self._tokens(len(seqs)))
+        if len(seqs) > len(self._tokens):  # (a batch above the cap: a request moved in whole)
+            self._tokens = [0] * (2 * len(seqs))
+        outcome.finished = instance.end_step(seqs, self._tokens)
         return outcome
-
-    def _tokens(self, n: int) -> list[int]:
-        """n dummy tokens (one list, reused: postprocess only reads it)."""
-        if len(self._dummy) < n:
-            self._dummy = [0] * (2 * n)
-        return self._dummy
 
     def execute(self, instance: Instance, seqs: list[Sequence], is_prefill: bool,
                 co_running: float = 0.0) -> StepOutcome:
@@ -138,11 +135,12 @@ class SimBackend:
             num_tokens = len(seqs) - sum(1 for seq, _, _ in chunks if seq.prefill_left)
         if self.prefill_elsewhere:  # the prompt's KV arrives ready from a separate prefill pool (not modelled)
             chunks = ()
-        creditors: set[int] = set()
+        borrowed = decodes and rm.num_borrowed  # (else no home request has rBlocks elsewhere: no remote query)
+        creditors: set[int] = set() if chunks or borrowed else NO_CREDITORS
         prefill_tokens, local_pairs, remote_s, remote_queries = (
             self._prefill_share(rm, chunks, creditors) if chunks else (0, 0.0, 0.0, 0))
         remote_wait_s = 0.0
-        if decodes and rm.num_borrowed:  # (no home request has rBlocks elsewhere: no remote query)
+        if borrowed:
             decode_queries, remote_wait_s = self._decode_share(rm, decodes, creditors)
             remote_queries += decode_queries
         if creditors and costs.served_step_s:  # each creditor serving this step: on its next step (its core)
@@ -151,9 +149,13 @@ class SimBackend:
             remote_wait_s += costs.served_step_s
         compute_s = 0.0
         if prefill_tokens or decodes:
-            load = InstanceLoad(len(decodes), rm.pool.num_used * self.block_size if decodes else 0, remote_queries,
-                                prefill_tokens, int(local_pairs))
-            compute_s = model.num_layers * model.layer_time_s(load)  # (perf_model.step_time_s)
+            load = (len(decodes), len(rm.pool.owner) * self.block_size if decodes else 0, remote_queries,
+                    prefill_tokens, int(local_pairs))  # (InstanceLoad's fields)
+            compute_s = self._compute_s.get(load)
+            if compute_s is None:
+                compute_s = model.num_layers * model.layer_time_s(InstanceLoad(*load))  # (perf_model.step_time_s)
+                if not prefill_tokens and len(self._compute_s) < MEMO_LOADS:
+                    self._compute_s[load] = compute_s
             if co_running:
                 compute_s *= 1.0 + (costs.co_run_slowdown - 1.0) * co_running
         if remote_s or remote_wait_s:

@@ -63,14 +63,15 @@ class Step(Event):
     def handle(self, sim: Simulator) -> list[Event]:
         engine, inst_id, now_s = sim.engine, self.inst_id, self.time_s
         inst = engine.instances[inst_id]
-        outcome = sim.backend.step(inst, sim.co_running(inst_id))
+        outcome = sim.backend.step(inst, sim.co_running(inst_id) if sim.shares_cores else 0.0)
         duration_s = outcome.duration_s
         ran, is_busy = bool(outcome.seqs), duration_s is not None
         if ran:
             sim.record_step(inst_id, outcome, now_s + duration_s)
         sim.stepping(inst_id, is_busy, ran)
-        if is_busy:
-            caused = [Step(now_s + duration_s, inst_id)]
+        if is_busy:  # its next step: this event, moved on (no one else holds it)
+            self.time_s = now_s + duration_s
+            caused = [self]
         else:  # no batch, no KV moved (before the hand-offs below may wake it again)
             caused = []
             sim.count_noop_step(inst_id, now_s)
@@ -78,7 +79,7 @@ class Step(Event):
             target = engine.redispatch(inst)
             if target is not None:
                 caused += sim.handed(target, now_s)
-        room_freed = outcome.frees_room
+        room_freed = outcome.finished or outcome.num_moved_blocks  # (room freed, as by finished requests)
         if room_freed or not ran:  # idle instances may take waiting work
             for idle in engine.fill_idle():
                 caused += sim.handed(idle, None if room_freed else now_s)

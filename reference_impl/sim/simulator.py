@@ -56,6 +56,7 @@ class Simulator:
             raise InputError(f"the design handed to the simulator ({design.name}) is not the config's "
                              f"({config.design})")
         self.config = config
+        self.num_instances = config.engine.num_instances
         self.max_sim_s = max_sim_s  # lowered to the steady-state window's end once known, with steady_only
         self.on_event, self.on_round = on_event, on_round
         self.records = {r.req_id: RequestRecord(r.req_id, r.arrival_s, r.prompt_len, r.output_len) for r in requests}
@@ -80,6 +81,7 @@ class Simulator:
         # watches every round or event, or the run stops at a time limit
         self.skip_idle_rounds = on_round is None and on_event is None and max_sim_s == float("inf")
         self.num_idle_waiting = 0  # instances running no step while a waiting request fits the free rBlocks
+        self._fits_at = (None, None, False)  # (queue changes, memory changes, waiting_fits() then)
         self.idle_waiting_inst_s = 0.0
         self.changes = self.engine.changes
         self._schedulers = [inst.scheduler for inst in self.engine.instances]
@@ -88,10 +90,13 @@ class Simulator:
         self._may_wake: set[int] = set()
         self._queues_changed = self.changes.reader(config.engine.num_instances, memory=False)
         self.quiet_handoff = Memo()  # (changes, instances) of a Handoff that did nothing
+        # the events: the arrivals in their own list, latest first (they are all known now, and queued before any
+        # other event, so at one instant they come first), and the heap of the rest; ties break by queueing order
+        self._arrivals = [Arrival(r.arrival_s, r)
+                          for r in sorted(requests, key=lambda r: (r.arrival_s, r.req_id), reverse=True)]
         self._queue: list[tuple[float, int, Event]] = []
         self._order = itertools.count()
         self._steady = _SteadyEnd(requests) if steady_only and requests else None
-        self.schedule([Arrival(r.arrival_s, r) for r in sorted(requests, key=lambda r: (r.arrival_s, r.req_id))])
         if self.policy.runs_gmanager:
             self.schedule([GManagerRound(0.0)])
         self.schedule(self.policy.start())
@@ -101,13 +106,20 @@ class Simulator:
             heapq.heappush(self._queue, (event.time_s, next(self._order), event))
 
     def next_event_s(self) -> float:
-        return self._queue[0][0] if self._queue else float("inf")
+        arrival_s = self._arrivals[-1].time_s if self._arrivals else float("inf")
+        return min(arrival_s, self._queue[0][0]) if self._queue else arrival_s
 
     def run(self) -> ServingRun:
-        """Handle the earliest event until no request is pending, the heap is empty or the limit passed."""
-        queue, order = self._queue, self._order
-        while queue and self.pending:
-            time_s, _, event = heapq.heappop(queue)
+        """Handle the earliest event until no request is pending, no event is left or the limit passed."""
+        queue, order, arrivals = self._queue, self._order, self._arrivals
+        while self.pending:
+            if arrivals and (not queue or arrivals[-1].time_s <= queue[0][0]):
+                event = arrivals.pop()
+                time_s = event.time_s
+            elif queue:
+                time_s, _, event = heapq.heappop(queue)
+            else:
+                break
             if time_s > self.max_sim_s:
                 break
             self._advance_to(time_s)
@@ -173,9 +185,7 @@ class Simulator:
             self._may_wake.add(inst_id)
 
     def co_running(self, inst_id: int) -> float:
-        """The share of the other instances with a computing step in flight (0 where instances share nothing)."""
-        if not self.shares_cores:
-            return 0.0
+        """The share of the other instances with a computing step in flight (where instances share cores)."""
         return (self.num_computing - self.computing[inst_id]) / (self.config.engine.num_instances - 1)
 
     def wake(self, inst_id: int, time_s: float) -> list[Step]:
@@ -240,13 +250,21 @@ class Simulator:
     def _advance_to(self, time_s: float) -> None:
         if self.start_s is None:
             self.start_s = time_s
-        self.idle_waiting_inst_s += self.num_idle_waiting * (time_s - self.last_s)
+        if self.num_idle_waiting:
+            self.idle_waiting_inst_s += self.num_idle_waiting * (time_s - self.last_s)
         self.last_s = time_s
-        self.result.end_s = max(self.result.end_s, time_s)
+        if time_s > self.result.end_s:
+            self.result.end_s = time_s
 
     def _after_event(self) -> None:
-        num_idle = self.config.engine.num_instances - self.num_computing
-        self.num_idle_waiting = num_idle if num_idle and self.waiting_fits() else 0
+        num_idle = self.num_instances - self.num_computing
+        if not num_idle:
+            self.num_idle_waiting = 0
+            return
+        changes = self.changes
+        if changes.queues != self._fits_at[0] or changes.memory != self._fits_at[1]:  # (most events change neither)
+            self._fits_at = (changes.queues, changes.memory, self.waiting_fits())
+        self.num_idle_waiting = num_idle if self._fits_at[2] else 0
 
     def waiting_fits(self) -> bool:
         """Some waiting request's KV (its tokens so far) fits the cluster's free rBlocks."""
