@@ -116,8 +116,8 @@ class KVMoves:
         pairs = []
         moved = set()  # (req_id, index): a block moves at most once per chunk, so copies never chain
         for move in list(self.moves):
-            dst_rm = self.peers[move.dst_inst]
             while budget and move.num_blocks:
+                dst_rm = self.peers[move.dst_inst]
                 reserved = dst_rm.num_reserved_for(move.req_id)
                 if not reserved:
                     move.num_blocks = 0  # the destination reclaimed the room: the move ends here

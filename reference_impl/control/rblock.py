@@ -41,14 +41,13 @@ class BlockPool:
         """`num_blocks` blocks for `req_id` (device tier first, lowest address first): (tier, address) each."""
         if num_blocks > self.num_free:
             raise MemoryError(f"{num_blocks} rBlocks asked, {self.num_free} free")
-        out = []
+        out, owner = [], self.owner
         for tier in TIERS:
             free = self.free_list[tier]
-            take = min(num_blocks - len(out), len(free))
-            if take:
-                out += [(tier, address) for address in reversed(free[-take:])]
-                del free[-take:]
-        self.owner.update(dict.fromkeys(out, req_id))
+            for _ in range(min(num_blocks - len(out), len(free))):
+                slot = (tier, free.pop())
+                owner[slot] = req_id
+                out.append(slot)
         return out
 
     def free(self, device: str, address: int) -> int:

@@ -159,7 +159,7 @@ class Scheduler:
                 self.preempt(victim)
                 if victim is seq:
                     break
-            if seq.status is running and len(table) * bs >= num_tokens:
+            else:  # (no break: it has room and still runs)
                 scheduled.append(seq)
         return scheduled
 

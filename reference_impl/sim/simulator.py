@@ -80,7 +80,6 @@ class Simulator:
         # rounds on an empty cluster may be counted instead of run (events.GManagerRound) unless a callback
         # watches every round or event, or the run stops at a time limit
         self.skip_idle_rounds = on_round is None and on_event is None and max_sim_s == float("inf")
-        self.num_idle_waiting = 0  # instances running no step while a waiting request fits the free rBlocks
         self._fits_at = (None, None, False)  # (queue changes, memory changes, waiting_fits() then)
         self.idle_waiting_inst_s = 0.0
         self.changes = self.engine.changes
@@ -125,7 +124,6 @@ class Simulator:
             self._advance_to(time_s)
             for caused in event.handle(self):
                 heapq.heappush(queue, (caused.time_s, next(order), caused))
-            self._after_event()
             if self.on_event is not None:
                 self.on_event(time_s)
         for record in self.records.values():
@@ -248,23 +246,24 @@ class Simulator:
 
     # --- the idle-while-work-waits time
     def _advance_to(self, time_s: float) -> None:
+        """The clock moves to the next event's `time_s`: the time since the last event counts as idle-while-work-waits
+        for each instance computing nothing in the state that event left, if some waiting request fits."""
         if self.start_s is None:
             self.start_s = time_s
-        if self.num_idle_waiting:
-            self.idle_waiting_inst_s += self.num_idle_waiting * (time_s - self.last_s)
-        self.last_s = time_s
+        if time_s != self.last_s:
+            num_idle = self.num_instances - self.num_computing
+            if num_idle and self._waiting_fits_now():
+                self.idle_waiting_inst_s += num_idle * (time_s - self.last_s)
+            self.last_s = time_s
         if time_s > self.result.end_s:
             self.result.end_s = time_s
 
-    def _after_event(self) -> None:
-        num_idle = self.num_instances - self.num_computing
-        if not num_idle:
-            self.num_idle_waiting = 0
-            return
+    def _waiting_fits_now(self) -> bool:
+        """waiting_fits, read again only when the queues or memory changed (most events change neither)."""
         changes = self.changes
-        if changes.queues != self._fits_at[0] or changes.memory != self._fits_at[1]:  # (most events change neither)
+        if changes.queues != self._fits_at[0] or changes.memory != self._fits_at[1]:
             self._fits_at = (changes.queues, changes.memory, self.waiting_fits())
-        self.num_idle_waiting = num_idle if self._fits_at[2] else 0
+        return self._fits_at[2]
 
     def waiting_fits(self) -> bool:
         """Some waiting request's KV (its tokens so far) fits the cluster's free rBlocks."""
