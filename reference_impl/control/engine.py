@@ -24,7 +24,7 @@ from reference_impl.control.sequence import Sequence, num_blocks_for
 __all__ = ["CHUNKED_SIM_ONLY", "Engine", "EngineConfig", "GManagerConfig"]
 
 
-CHUNKED_SIM_ONLY = "chunked prefill runs on the sim backend only; leave --chunked-prefill-tokens unset"
+CHUNKED_SIM_ONLY = "chunked prefill runs on the sim and local backends; leave --chunked-prefill-tokens unset"
 
 
 class Engine:

@@ -341,7 +341,7 @@ def test_chunked_prefill_is_refused_with_the_local_engines_message():
     from reference_impl.control.engine import CHUNKED_SIM_ONLY
     from reference_impl.errors import InputError
 
-    with pytest.raises(InputError, match="chunked prefill runs on the sim backend only"):
+    with pytest.raises(InputError, match="chunked prefill runs on the sim and local backends"):
         RayEngine(EngineConfig(2, 8, block_size=4, chunked_prefill_tokens=8), MODEL)
     assert "--chunked-prefill-tokens" in CHUNKED_SIM_ONLY
 
