@@ -85,3 +85,16 @@ def test_chunked_prefill_gives_transformers_tokens(hf_model, prompts, references
     assert "paged" in kinds  # a chunk read its prompt's earlier chunks from the rBlocks
     if pooled:  # the longest prompt's KV spanned instances (14 blocks of 4 tokens each): partials merged
         assert len(result.placement[PROMPT_LENS.index(50)]) >= 2 and "parts" in kinds
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pooled", [False, True], ids=["one-instance", "spread"])
+def test_chunked_prefill_on_cuda_gives_the_cpus_tokens(hf_model, prompts, references, pooled):
+    """On a GPU: mixed steps run eagerly beside graph-replayed decode steps, SDPA's end-aligned causal mask on
+    the device; the CPU's whole-prompt tokens."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    config = (EngineConfig(3, 14, block_size=BLOCK, chunked_prefill_tokens=8) if pooled
+              else EngineConfig(1, 64, block_size=BLOCK, chunked_prefill_tokens=8))
+    result = generate(load_model(hf_model[1]), prompts, NUM_NEW, config, ignore_eos=True, device="cuda")
+    assert result.token_ids == references[1].token_ids
