@@ -112,8 +112,8 @@ class LocalBackend:
         tokens = token_arrays(seqs, is_prefill, self.chunked)
         kv = self.step_kv(instance, seqs, tokens, is_prefill)
         graph_rows = None
-        if self.replay_graphs and not is_prefill and not kv.is_mixed:
-            rows = kv.whole_rows()
+        if self.replay_graphs and not is_prefill:  # (a chunked step with prompt chunks has no graph)
+            rows = None if kv.is_mixed else kv.whole_rows()
             if rows is not None and rows[0] == self.device_key:
                 graph_rows = rows[1:]
             else:
