@@ -82,7 +82,8 @@ class LocalBackend:
         req_ids = [s.req_id for s in seqs]
         cache = self.table_caches.setdefault(instance.inst_id, TableCache())
         kv = None
-        if not is_prefill and not tokens.is_mixed:  # the same batch as the last decode: advance its plan, or replan the changed tables only
+        # the same batch as the last decode: advance its plan, or replan the changed tables only
+        if not is_prefill and not tokens.is_mixed:
             last = self.last_decode.get(instance.inst_id)
             if last is not None and last[0] == req_ids:
                 changed = [i for i, (r, t) in enumerate(zip(req_ids, last[1])) if tables[r] != t]
