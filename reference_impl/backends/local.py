@@ -21,6 +21,8 @@ from reference_impl.control.sequence import Sequence
 
 
 class LocalBackend:
+    supports_chunked_prefill = True  # a step decodes some requests and prefills prompt chunks of others
+
     def __init__(self, model: LlamaModel, config: EngineConfig, device="cpu", record_logits: bool = False,
                  inst_ids=None, eager: bool | None = None, graph_max_tokens: int = 8192):
         """inst_ids: the instances whose caches live here (default all; a Ray actor holds its own only).
@@ -32,6 +34,7 @@ class LocalBackend:
         self.device = torch.device(device)
         self.record_logits = record_logits
         self.block_size = config.block_size
+        self.chunked = config.chunked_prefill_tokens is not None
         # The instances held here share one device: one tensor per tier, each instance owning a slice of its
         # blocks, so that the partials of all these locations can run in one micro_attention call.
         insts = list(range(config.num_instances) if inst_ids is None else inst_ids)
@@ -79,7 +82,8 @@ class LocalBackend:
         req_ids = [s.req_id for s in seqs]
         cache = self.table_caches.setdefault(instance.inst_id, TableCache())
         kv = None
-        if not is_prefill:  # the same batch as the last decode: advance its plan, or replan the changed tables only
+        # the same batch as the last decode: advance its plan, or replan the changed tables only
+        if not is_prefill and not tokens.is_mixed:
             last = self.last_decode.get(instance.inst_id)
             if last is not None and last[0] == req_ids:
                 changed = [i for i, (r, t) in enumerate(zip(req_ids, last[1])) if tables[r] != t]
@@ -99,18 +103,18 @@ class LocalBackend:
         blocks = block_arrays([tables[r] for r in req_ids], self.locations, cache, req_ids)
         kv = StepKV(self.caches, None, tokens.num_tokens, tokens.num_new, self.block_size, is_prefill, self.device,
                     locations=self.locations, blocks=blocks)
-        if not is_prefill:
+        if not is_prefill and not kv.is_mixed:
             self.last_decode[instance.inst_id] = (req_ids, [list(tables[r]) for r in req_ids], kv)
         return kv
 
     @torch.inference_mode()
     def execute(self, instance, seqs: list[Sequence], is_prefill: bool) -> list[int]:
         t0 = time.perf_counter()
-        tokens = token_arrays(seqs, is_prefill)
+        tokens = token_arrays(seqs, is_prefill, self.chunked)
         kv = self.step_kv(instance, seqs, tokens, is_prefill)
         graph_rows = None
-        if self.replay_graphs and not is_prefill:
-            rows = kv.whole_rows()
+        if self.replay_graphs and not is_prefill:  # (a chunked step with prompt chunks has no graph)
+            rows = None if kv.is_mixed else kv.whole_rows()
             if rows is not None and rows[0] == self.device_key:
                 graph_rows = rows[1:]
             else:

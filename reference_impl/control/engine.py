@@ -21,10 +21,11 @@ from reference_impl.control.cluster_index import DispatchIndex, IdleIndex, NeedI
 from reference_impl.control.room import ClusterRoom
 from reference_impl.control.sequence import Sequence, num_blocks_for
 
-__all__ = ["CHUNKED_SIM_ONLY", "Engine", "EngineConfig", "GManagerConfig"]
+__all__ = ["CHUNKED_UNSUPPORTED", "Engine", "EngineConfig", "GManagerConfig"]
 
 
-CHUNKED_SIM_ONLY = "chunked prefill runs on the sim backend only; leave --chunked-prefill-tokens unset"
+CHUNKED_UNSUPPORTED = ("this backend prefills whole prompts only (chunked prefill runs on the sim, local and Ray "
+                       "engines); leave --chunked-prefill-tokens unset")
 
 
 class Engine:
@@ -36,7 +37,7 @@ class Engine:
         self.gmanager = GManager(config, perf_model)
         self.rng = np.random.default_rng(config.seed)
         if config.chunked_prefill_tokens is not None and not getattr(backend, "supports_chunked_prefill", False):
-            raise InputError(CHUNKED_SIM_ONLY)
+            raise InputError(CHUNKED_UNSUPPORTED)
         peers: dict = {}
         self.changes = Changes()  # of every rManager and scheduler here: what the memos below are keyed on
         self.instances = []

@@ -7,7 +7,10 @@ sequence (the creditor's share of DistAttention), merged with `scale_reduce`. Lo
 one tensor (instances sharing a device, `storage`) have their partials computed in one `micro_attention` call, one
 row per (location, sequence) piece; each row is its own partial. Prefill: a prompt whose KV is at one location
 attends over its own K/V with torch SDPA (flash or memory-efficient on CUDA); a prompt spread over locations
-attends over each location's part (`causal_partial_attention`) and the parts merge the same way.
+attends over each location's part (`causal_partial_attention`) and the parts merge the same way. A chunked step
+(mixed) decodes some sequences and prefills a prompt chunk of others: the decodes as above, a chunk over its
+prompt's K/V so far, read from its rBlocks (SDPA with the causal mask aligned to the chunk's end where they are at
+one location, partials merged with `scale_reduce` where they span locations).
 """
 import copy
 import math
@@ -15,6 +18,7 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
 
 from reference_impl.kernels import micro_attention, scale_reduce, store_kv
 from reference_impl.model.step_inputs import Locations, block_arrays, stage
@@ -40,6 +44,15 @@ def causal_attention(q, k, v):
     """One whole prompt: q [T, Hq, D], k/v [T, Hkv, D] -> [T, Hq, D] by torch SDPA (causal, GQA)."""
     out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
                                          is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+    return out[0].transpose(0, 1)
+
+
+def chunk_attention(q, k, v):
+    """The last Tq of Tk tokens (a prompt chunk after its earlier chunks): q [Tq, Hq, D], k/v [Tk, Hkv, D] ->
+    [Tq, Hq, D] by torch SDPA with the causal mask aligned to the end."""
+    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                         attn_mask=causal_lower_right(q.shape[0], k.shape[0]),
+                                         enable_gqa=q.shape[1] != k.shape[1])
     return out[0].transpose(0, 1)
 
 
@@ -134,9 +147,21 @@ def _joined_rows(parts):
     return table[order], lens[order], q_rows[order], slots[order], where[last]
 
 
+def subset_blocks(b, seqs: np.ndarray, num_seqs: int):
+    """BlockArrays `b` of sequences `seqs` only (indices, ascending), renumbered 0..len(seqs) - 1."""
+    keep = np.zeros(num_seqs, bool)
+    keep[seqs] = True
+    renumber = np.cumsum(keep) - 1
+    mask = keep[b.seq]
+    counts = np.diff(np.append(b.start, len(b.seq)))[seqs]
+    return type(b)(renumber[b.seq[mask]], b.index[mask], b.loc[mask], b.key[mask], b.address[mask],
+                   np.cumsum(counts) - counts)
+
+
 class StepKV:
     """Plan of one step: `tables[i]` are the rBlocks of `seqs[i]` in token order, `num_tokens[i]` its length
-    after this step, `num_new[i]` the tokens it feeds this step (all of them for a prefill, 1 for decode)."""
+    after this step, `num_new[i]` the tokens it feeds this step (all of them for a prefill, 1 for decode; a decode
+    step where some feed more is a chunked step: those prefill a prompt chunk)."""
 
     def __init__(self, caches: dict[Location, tuple], tables, num_tokens, num_new, block_size: int,
                  is_prefill: bool, device, storage: dict | None = None, shared: dict | None = None, *,
@@ -152,11 +177,19 @@ class StepKV:
         self.writes = self.decode_parts = None  # tensors, staged at the first `attend` (a graph replay needs none)
         self._lent_parts = None  # an earlier step's decode tensors whose tables and rows this plan shares
         self._all_blocks = None  # a replanned step's blocks, built when asked (`replan`)
+        self.decode_q = None  # a chunked step: the token rows of its decoding sequences (a tensor)
+        self.prefill = []
         self._plan_writes()
         if is_prefill:
-            self._plan_prefill()
+            self._plan_prefill(range(self.num_seqs))
+        elif self.num_new.shape[0] and int(self.num_new.max()) > 1:
+            self._plan_mixed()
         else:
             self._plan_decode()
+
+    @property
+    def is_mixed(self) -> bool:
+        return self.decode_q is not None
 
     def _tensor(self, array):
         return stage(array, self.device)
@@ -186,6 +219,17 @@ class StepKV:
         self.part_plan, self.num_partials, self.direct = decode_rows(
             self.blocks, self.num_tokens, self.block_size, len(self.locations.keys), len(self.locations.locs))
 
+    def _plan_mixed(self):
+        """A chunked step: decode rows for the sequences feeding one token, prefill pieces for the chunks."""
+        decodes = np.flatnonzero(self.num_new == 1)
+        self.decode_q = self._tensor(np.cumsum(self.num_new)[decodes] - 1)
+        self.part_plan, self.num_partials, self.direct = [], 1, False
+        if len(decodes):
+            self.part_plan, self.num_partials, self.direct = decode_rows(
+                subset_blocks(self.blocks, decodes, self.num_seqs), self.num_tokens[decodes], self.block_size,
+                len(self.locations.keys), len(self.locations.locs))
+        self._plan_prefill(np.flatnonzero(self.num_new > 1).tolist())
+
     def _stage_decode(self):
         """The decode plan's tensors; an earlier step's parts (`_lent_parts`) lend their unchanged tables and rows."""
         parts = []
@@ -201,7 +245,7 @@ class StepKV:
         """The plan of the next decode step of the same sequences over the same tables, each sequence one token
         longer and no token starting a block (only the slots and the row lengths move); None when that is not so."""
         num_tokens = np.asarray(num_tokens, np.int64)
-        if (self.is_prefill or num_tokens.shape != self.num_tokens.shape
+        if (self.is_prefill or self.is_mixed or num_tokens.shape != self.num_tokens.shape
                 or not np.array_equal(num_tokens, self.num_tokens + 1) or not ((num_tokens - 1) % self.block_size).all()):
             return None
         step = copy.copy(self)
@@ -225,7 +269,7 @@ class StepKV:
         num_tokens = np.asarray(num_tokens, np.int64)
         kept = np.ones(self.num_seqs, bool)
         kept[changed] = False
-        if (self.is_prefill or num_tokens.shape != self.num_tokens.shape
+        if (self.is_prefill or self.is_mixed or num_tokens.shape != self.num_tokens.shape
                 or not np.array_equal(num_tokens, self.num_tokens + 1) or not ((num_tokens[kept] - 1) % self.block_size).all()):
             return None
         bs, num_seqs, code = self.block_size, self.num_seqs, self.locations.code
@@ -285,18 +329,23 @@ class StepKV:
                        and np.array_equal(step.part_plan[0][3], np.arange(num_seqs)))
         return step
 
-    def _plan_prefill(self):
-        """Per sequence: its query rows, and None (all its KV at one location: SDPA over the step's own K/V) or
-        per location (key, addresses, positions of their tokens, which are valid)."""
+    def _plan_prefill(self, seqs):
+        """Per sequence of `seqs`: its query rows, and how it attends: ("own",) (a whole prompt at one location:
+        SDPA over the step's own K/V), ("paged", key, addresses, num_tokens) (a chunk whose prompt is at one
+        location: its K/V so far read from its rBlocks), or ("parts", positions of its queries, [(key, addresses,
+        positions of their tokens, which are valid)] per location)."""
         b, bs = self.blocks, self.block_size
         ends = np.cumsum(self.num_new)
-        self.prefill = []
-        for s, (end, n, new) in enumerate(zip(ends.tolist(), self.num_tokens.tolist(), self.num_new.tolist())):
+        for s in seqs:
+            end, n, new = int(ends[s]), int(self.num_tokens[s]), int(self.num_new[s])
             lo, hi = b.start[s], b.start[s] + -(-n // bs)
             locs = b.loc[lo:hi]
             span = (end - new, end)
-            if new == n and (locs == locs[0]).all():
-                self.prefill.append((span, None, None))
+            if (locs == locs[0]).all():
+                if new == n:
+                    self.prefill.append((span, ("own",)))
+                else:
+                    self.prefill.append((span, ("paged", int(b.key[lo]), self._tensor(b.address[lo:hi]), n)))
                 continue
             parts = []
             for loc in np.unique(locs):
@@ -305,7 +354,7 @@ class StepKV:
                 valid = pos_k < n
                 parts.append((int(b.key[lo + mine[0]]), self._tensor(b.address[lo + mine]),
                               self._tensor(pos_k[valid]), self._tensor(valid)))
-            self.prefill.append((span, self._tensor(np.arange(n - new, n)), parts))
+            self.prefill.append((span, ("parts", self._tensor(np.arange(n - new, n)), parts)))
 
     def whole_rows(self):
         """A decode step's KV as one row per sequence in one storage: (storage key, block table [S, width],
@@ -313,7 +362,7 @@ class StepKV:
         if self.blocks is None:
             self.blocks = self._all_blocks()
         b = self.blocks
-        if self.is_prefill or not len(b.key) or not (b.key == b.key[0]).all():
+        if self.is_prefill or self.is_mixed or not len(b.key) or not (b.key == b.key[0]).all():
             return None
         counts = np.diff(np.append(b.start, len(b.key)))
         table = np.zeros((self.num_seqs, int(counts.max())), np.int32)
@@ -332,7 +381,20 @@ class StepKV:
             store_kv(k if rows is None else k[rows], v if rows is None else v[rows], k_cache[layer], v_cache[layer],
                      slots, has_padding=False)
         if self.is_prefill:
-            return self._prefill(layer, q, k, v)
+            outs = [out for _, out in self._prefill(layer, q, k, v)]
+            return outs[0] if len(outs) == 1 else torch.cat(outs)
+        if self.decode_q is None:
+            return self._decode(layer, q)
+        out = torch.empty_like(q)
+        if self.decode_parts:
+            out[self.decode_q] = self._decode(layer, q[self.decode_q])
+        for (start, end), chunk_out in self._prefill(layer, q, k, v):
+            out[start:end] = chunk_out
+        return out
+
+    def _decode(self, layer: int, q):
+        """q [S, Hq, D] (one token a decoding sequence) -> attention output [S, Hq, D]."""
+        key_caches = self.locations.key_caches
         num_seqs, num_parts = q.shape[0], self.num_partials
         if self.direct:
             key, block_table, seq_lens, _, _ = self.decode_parts[0]
@@ -352,17 +414,24 @@ class StepKV:
         return out
 
     def _prefill(self, layer, q, k, v):
+        """((first row, end row), attention output) of each prompt or chunk of the step."""
         scale = 1.0 / math.sqrt(q.shape[-1])
-        outs = []
-        for (start, end), pos_q, parts in self.prefill:
-            if parts is None:
-                outs.append(causal_attention(q[start:end], k[start:end], v[start:end]))
-                continue
-            partials = []
-            for key, addresses, pos_k, valid in parts:
-                k_cache, v_cache = self.locations.key_caches[key]
-                kk = k_cache[layer, addresses].flatten(0, 1)[valid]
-                vv = v_cache[layer, addresses].flatten(0, 1)[valid]
-                partials.append(causal_partial_attention(q[start:end], kk, vv, pos_q, pos_k, scale))
-            outs.append(merge(partials).to(q.dtype))
-        return outs[0] if len(outs) == 1 else torch.cat(outs)
+        key_caches = self.locations.key_caches
+        for (start, end), how in self.prefill:
+            if how[0] == "own":
+                yield (start, end), causal_attention(q[start:end], k[start:end], v[start:end])
+            elif how[0] == "paged":
+                _, key, addresses, n = how
+                k_cache, v_cache = key_caches[key]
+                kk = k_cache[layer, addresses].flatten(0, 1)[:n]
+                vv = v_cache[layer, addresses].flatten(0, 1)[:n]
+                yield (start, end), chunk_attention(q[start:end], kk, vv)
+            else:
+                _, pos_q, parts = how
+                partials = []
+                for key, addresses, pos_k, valid in parts:
+                    k_cache, v_cache = key_caches[key]
+                    kk = k_cache[layer, addresses].flatten(0, 1)[valid]
+                    vv = v_cache[layer, addresses].flatten(0, 1)[valid]
+                    partials.append(causal_partial_attention(q[start:end], kk, vv, pos_q, pos_k, scale))
+                yield (start, end), merge(partials).to(q.dtype)

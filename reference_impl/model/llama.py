@@ -18,8 +18,8 @@ from reference_impl.model.config import TINY, ModelConfig, config_from_hf  # noq
 
 
 def rms_norm(x, weight, eps):
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+    """Hugging Face LLaMA's RMSNorm (normalised in fp32, cast back, then scaled): torch's fused `rms_norm`."""
+    return F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype) * weight
 
 
 def apply_rope(x, cos, sin):
@@ -78,15 +78,13 @@ class LlamaModel:
         x = w["model.embed_tokens.weight"][input_ids]
         cos, sin = self.rope(positions)
         num_tokens = input_ids.shape[0]
-        sizes = [c.hidden_size, c.num_kv_heads * c.head_dim, c.num_kv_heads * c.head_dim]
+        hq, hqk = c.num_heads, c.num_heads + c.num_kv_heads
         for i, (qkv_w, gate_up_w) in enumerate(self.fused):
             p = f"model.layers.{i}."
             h = rms_norm(x, w[p + "input_layernorm.weight"], c.rms_norm_eps)
-            q, k, v = (h @ qkv_w.T).split_with_sizes(sizes, -1)  # (Tensor.split is Python; this is not)
-            q = q.view(num_tokens, c.num_heads, c.head_dim)
-            k = k.view(num_tokens, c.num_kv_heads, c.head_dim)
-            v = v.view(num_tokens, c.num_kv_heads, c.head_dim)
-            attn = attend(i, apply_rope(q, cos, sin), apply_rope(k, cos, sin), v)
+            qkv = (h @ qkv_w.T).view(num_tokens, hqk + c.num_kv_heads, c.head_dim)
+            qk = apply_rope(qkv[:, :hqk], cos, sin)  # Q and K rotated in one pass (views of one tensor after)
+            attn = attend(i, qk[:, :hq], qk[:, hq:], qkv[:, hqk:])
             x = x + attn.reshape(num_tokens, -1) @ w[p + "self_attn.o_proj.weight"].T
             h = rms_norm(x, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
             gate, up = (h @ gate_up_w.T).chunk(2, -1)

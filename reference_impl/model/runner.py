@@ -35,8 +35,17 @@ class ModelRunner:
         ids, positions = self.inputs(tokens)
         return self.last_hidden(self.model.forward(ids, positions, attend), tokens)
 
-    def sample(self, seqs, hidden) -> list[int]:
-        """The next token of each sequence from its last hidden state; the step's one host synchronisation."""
+    def sample(self, seqs, hidden, tokens: TokenArrays | None = None) -> list[int]:
+        """The next token of each sequence from its last hidden state; the step's one host synchronisation. With
+        `tokens` of a chunked step, only the sequences whose prompt is whole sample one (the others get 0, which
+        the scheduler does not read)."""
+        if tokens is not None and tokens.sampled is not None:
+            picked = [seqs[i] for i in tokens.sampled.tolist()]
+            ids = self.sample(picked, hidden[stage(tokens.sampled, self.device)]) if picked else []
+            out = [0] * len(seqs)
+            for i, token_id in zip(tokens.sampled.tolist(), ids):
+                out[i] = token_id
+            return out
         logits = self.model.logits(hidden)
         token_ids = self.sampler.sample(logits, [s.sampling for s in seqs], [len(s.output_ids) for s in seqs])
         token_ids = token_ids.tolist()
@@ -48,7 +57,7 @@ class ModelRunner:
     def run(self, seqs, tokens: TokenArrays, attend, graph_rows=None) -> list[int]:
         """The step's next tokens. `graph_rows` (block table, lengths, slots of a decode step whose KV is in the
         graphs' storage) lets a decode step replay a graph; `attend` runs it otherwise."""
-        return self.sample(seqs, self.compute(tokens, attend, graph_rows))
+        return self.sample(seqs, self.compute(tokens, attend, graph_rows), tokens)
 
     def compute(self, tokens: TokenArrays, attend, graph_rows=None):
         """The model's part of a step: the last tokens' hidden states, from a graph replay or eagerly."""

@@ -21,11 +21,16 @@ class TokenArrays:
     num_tokens: np.ndarray  # [S] length of each sequence after the step
     num_new: np.ndarray  # [S] tokens each sequence feeds
     last: np.ndarray  # [S] row of each sequence's last token in the step
+    sampled: np.ndarray | None = None  # sequences whose next token this step samples (None: all)
+    is_mixed: bool = False  # a chunked step: some sequences feed a prompt chunk (num_new > 1), the others decode
 
 
-def token_arrays(seqs, is_prefill: bool) -> TokenArrays:
-    """The step's tokens: a prefill feeds whole sequences, a decode each sequence's last token."""
+def token_arrays(seqs, is_prefill: bool, chunked: bool = False) -> TokenArrays:
+    """The step's tokens: a prefill feeds whole sequences, a decode each sequence's last token. `chunked`: the
+    scheduler may have given some sequences a prompt chunk (`chunk_tokens`) in a decode step."""
     num_seqs = len(seqs)
+    if chunked and not is_prefill and any(s.chunk_tokens for s in seqs):
+        return chunk_arrays(seqs)
     num_tokens = np.fromiter((s.num_tokens for s in seqs), np.int64, num_seqs)
     if is_prefill:
         num_new = num_tokens
@@ -37,6 +42,23 @@ def token_arrays(seqs, is_prefill: bool) -> TokenArrays:
     ends = np.cumsum(num_new)
     positions = np.arange(ids.shape[0]) + np.repeat(num_tokens - ends, num_new)
     return TokenArrays(ids, positions, num_tokens, num_new, ends - 1)
+
+
+def chunk_arrays(seqs) -> TokenArrays:
+    """A chunked step: a sequence with `chunk_tokens` feeds that chunk of its prompt (after the chunks already
+    prefilled; `prefill_left` tokens are still to come after it), the others their last token. Only sequences
+    whose prompt ends in this step sample a token."""
+    num_seqs = len(seqs)
+    end = np.fromiter((s.num_tokens - s.prefill_left for s in seqs), np.int64, num_seqs)
+    num_new = np.fromiter((s.chunk_tokens or 1 for s in seqs), np.int64, num_seqs)
+    starts = (end - num_new).tolist()
+    ids = np.fromiter(itertools.chain.from_iterable(
+        itertools.islice(itertools.chain(s.prompt_ids, s.output_ids), a, a + n)
+        for s, a, n in zip(seqs, starts, num_new.tolist())), np.int64, int(num_new.sum()))
+    ends = np.cumsum(num_new)
+    positions = np.arange(ids.shape[0]) + np.repeat(end - ends, num_new)
+    sampled = np.fromiter((i for i, s in enumerate(seqs) if not s.prefill_left), np.int64)
+    return TokenArrays(ids, positions, end, num_new, ends - 1, sampled if len(sampled) < num_seqs else None, True)
 
 
 def stage(array: np.ndarray, device: torch.device) -> torch.Tensor:

@@ -20,6 +20,7 @@ class ServerConfig:
     block_size: int = 16
     max_batch_size: int = 64
     pooling: bool = True
+    chunked_prefill_tokens: int | None = None  # each step decodes and prefills prompt chunks in this budget
     max_queue: int = 256  # requests waiting for their first token before new ones get 503
     default_max_tokens: int = 16  # when a request gives none (the OpenAI completions default)
     seed: int = 0
@@ -41,7 +42,7 @@ class ServerConfig:
     def engine_config(self) -> EngineConfig:
         return EngineConfig(num_instances=self.num_instances, blocks_per_instance=self.blocks_per_instance,
                             block_size=self.block_size, max_batch_size=self.max_batch_size, pooling=self.pooling,
-                            seed=self.seed)
+                            chunked_prefill_tokens=self.chunked_prefill_tokens, seed=self.seed)
 
 
 @dataclass(frozen=True)

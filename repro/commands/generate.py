@@ -36,6 +36,9 @@ def check_kv_fits_memory(model_config, instances: int, blocks_per_instance: int,
               help="Instead of --prompt or --prompt-ids: one random prompt of this length (from --seed).")
 @click.option("--max-new-tokens", default=16, show_default=True, type=click.IntRange(1, MAX_TOKENS))
 @click.option("--no-pooling", is_flag=True, help="KV never leaves its instance (vLLM-M): preempt and recompute.")
+@click.option("--chunked-prefill-tokens", type=click.IntRange(min=1), default=None,
+              help="Chunked prefill: each step decodes every running request and prefills prompt chunks in the tokens "
+                   "left of this budget (at least --block-size); default: whole prompts in steps of their own.")
 @click.option("--ignore-eos", is_flag=True, help="Generate --max-new-tokens even past the EOS token.")
 @seed_option
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
@@ -61,8 +64,8 @@ def check_kv_fits_memory(model_config, instances: int, blocks_per_instance: int,
               help="With --backend ray: GPUs of each instance's placement-group bundle (default 0: run on CPU; 1 with "
                    "--device cuda).")
 def generate(model_spec, instances, blocks_per_instance, block_size, prompt_texts, prompt_ids, prompt_len,
-             max_new_tokens, no_pooling, ignore_eos, seed, device, temperature, top_p, sampling_seed, as_json, backend,
-             address, ray_cpus, gpus_per_instance):
+             max_new_tokens, no_pooling, chunked_prefill_tokens, ignore_eos, seed, device, temperature, top_p,
+             sampling_seed, as_json, backend, address, ray_cpus, gpus_per_instance):
     """Generation on the engine: the tokens (and text), where each request's rBlocks ended up, wall time and tok/s.
 
     Greedy unless --temperature > 0. --seed seeds the tiny model's weights, the --prompt-len prompt and the engine's
@@ -105,7 +108,7 @@ def generate(model_spec, instances, blocks_per_instance, block_size, prompt_text
                            seed=seed, as_json=as_json)
         return
     config = EngineConfig(num_instances=instances, blocks_per_instance=blocks_per_instance, block_size=block_size,
-                          pooling=not no_pooling, seed=seed)
+                          pooling=not no_pooling, seed=seed, chunked_prefill_tokens=chunked_prefill_tokens)
     failed = {}  # request index -> why it could not finish (the Ray backend, when an instance dies)
     if backend == "ray":
         from reference_impl.backends.ray import RayConfig

@@ -19,6 +19,9 @@ MAX_INSTANCES = 256  # as `repro generate`: more is a cluster's job
 @click.option("--block-size", default=16, show_default=True, type=click.IntRange(min=1), help="Tokens per rBlock.")
 @click.option("--max-batch-size", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--no-pooling", is_flag=True, help="KV never leaves its instance (vLLM-M): preempt and recompute.")
+@click.option("--chunked-prefill-tokens", type=click.IntRange(min=1), default=None,
+              help="Chunked prefill: each step decodes every running request and prefills prompt chunks in the tokens "
+                   "left of this budget (at least --block-size); default: whole prompts in steps of their own.")
 @click.option("--max-queue", default=256, show_default=True, type=click.IntRange(min=1),
               help="Requests waiting for their first token past which new ones get 503 with Retry-After.")
 @click.option("--default-max-tokens", default=16, show_default=True, type=click.IntRange(min=1),
@@ -32,7 +35,8 @@ MAX_INSTANCES = 256  # as `repro generate`: more is a cluster's job
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @seed_option
 def serve(model_spec, served_model_name, host, port, instances, blocks_per_instance, block_size, max_batch_size,
-          no_pooling, max_queue, default_max_tokens, backend, address, ray_cpus, log_level, seed):
+          no_pooling, chunked_prefill_tokens, max_queue, default_max_tokens, backend, address, ray_cpus, log_level,
+          seed):
     """An OpenAI-compatible server over the engine (completions, chat, streaming, metrics).
 
     Local backend: --instances in this process, KV pooled; --backend ray: each a Ray actor. Endpoints
@@ -44,7 +48,8 @@ def serve(model_spec, served_model_name, host, port, instances, blocks_per_insta
 
     config = ServerConfig(model=model_spec, served_model_name=served_model_name, host=host, port=port,
                           num_instances=instances, blocks_per_instance=blocks_per_instance, block_size=block_size,
-                          max_batch_size=max_batch_size, pooling=not no_pooling, max_queue=max_queue,
+                          max_batch_size=max_batch_size, pooling=not no_pooling,
+                          chunked_prefill_tokens=chunked_prefill_tokens, max_queue=max_queue,
                           default_max_tokens=default_max_tokens, backend=backend, ray_address=address,
                           ray_cpus=ray_cpus, seed=seed)
     served = load_served(config)  # a bad --model fails here, in one line, before the port is taken

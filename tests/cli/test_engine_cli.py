@@ -33,6 +33,15 @@ def test_spreading_keeps_tokens(capsys):
         assert sum(w["num_blocks"] for w in p) == -(-(prompt_len + 23) // 4)
 
 
+def test_chunked_prefill_keeps_tokens(capsys):
+    common = ["--max-new-tokens", "6", "--block-size", "4", "--prompt-ids", ",".join(map(str, range(3, 40))),
+              "--prompt-ids", "400,3,3,1", "--instances", "2", "--blocks-per-instance", "8"]
+    whole = run_json(common, capsys)
+    assert run_json([*common, "--chunked-prefill-tokens", "8"], capsys)["token_ids"] == whole["token_ids"]
+    err = run_failing([*common, "--chunked-prefill-tokens", "3"], capsys)
+    assert "chunked prefill needs at least one block" in err and len(err.splitlines()) == 1
+
+
 def test_text_output_names_instances(capsys):
     main(["generate", "--prompt-len", "30", "--max-new-tokens", "3", "--block-size", "4", "--instances", "2",
           "--blocks-per-instance", "5"])

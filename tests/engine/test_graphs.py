@@ -56,3 +56,15 @@ def test_kv_pool_sized_from_free_memory():
     config = EngineConfig(2, 8, block_size=16)
     most, half = (device_blocks_per_instance(model, config, "cuda", f, warmup_tokens=256) for f in (0.9, 0.45))
     assert most > half > 8
+
+
+def test_chunked_steps_run_eagerly_beside_static_buffer_decodes_and_are_counted():
+    model = random_model(SMALL, seed=5)
+    whole = generate(model, PROMPTS, 8, EngineConfig(1, 64, block_size=4, max_batch_size=5), ignore_eos=True,
+                     eager=True)
+    seen = []
+    chunked = generate(model, PROMPTS, 8, EngineConfig(1, 64, block_size=4, max_batch_size=5,
+                                                       chunked_prefill_tokens=8),
+                       ignore_eos=True, eager=False, on_step=lambda engine: seen.append(engine.backend.graphs))
+    assert chunked.token_ids == whole.token_ids
+    assert seen[-1].num_replays > 0 and seen[-1].num_eager > 0  # decode-only steps replayed, mixed ones counted

@@ -1,5 +1,6 @@
 """Step inputs built with array operations equal a token-by-token reference; a decode plan advanced by one token
-equals the plan built afresh; prefill over one location (SDPA) and over several (partials) equal plain attention."""
+equals the plan built afresh; prefill over one location (SDPA) and over several (partials) equal plain attention,
+and so does a chunked step (decodes beside prompt chunks that read their earlier chunks from the rBlocks)."""
 import numpy as np
 import torch
 
@@ -28,6 +29,18 @@ def test_token_arrays_match_a_token_by_token_reference():
         positions = [p for s, m in zip(seqs(), new) for p in range(s.num_tokens - m, s.num_tokens)]
         assert t.token_ids.tolist() == ids and t.positions.tolist() == positions
         assert t.last.tolist() == (np.cumsum(new) - 1).tolist()
+
+
+def test_chunk_arrays_feed_each_chunk_after_the_prefilled_part():
+    a, b, c = seqs()
+    b.chunk_tokens, b.prefill_left = 3, 2  # tokens 3..5 of its 8 (a preempted request recomputing its outputs)
+    c.chunk_tokens = 1  # its whole one-token prompt: it samples
+    t = token_arrays([a, b, c], False, chunked=True)
+    assert t.is_mixed and t.sampled.tolist() == [0, 2]  # b's prompt is not whole yet
+    assert t.token_ids.tolist() == [7, 4, 5, 6, 9] and t.positions.tolist() == [2, 3, 4, 5, 0]
+    assert t.num_tokens.tolist() == [3, 6, 1] and t.num_new.tolist() == [1, 3, 1] and t.last.tolist() == [0, 3, 4]
+    b.chunk_tokens, b.prefill_left = 0, 0
+    assert not token_arrays([a, b], False, chunked=True).is_mixed
 
 
 def test_table_cache_follows_appends_and_moves():
@@ -85,7 +98,7 @@ def test_prefill_over_one_or_several_locations_equals_plain_attention():
     lens = [7, 10]
     q, k, v = (torch.randn(17, h, D, generator=gen) for h in (HQ, HKV, HKV))
     step = StepKV(caches, tables, lens, lens, BS, True, "cpu", storage, shared)
-    assert step.prefill[0][2] is None and len(step.prefill[1][2]) == 2
+    assert step.prefill[0][1] == ("own",) and step.prefill[1][1][0] == "parts" and len(step.prefill[1][1][2]) == 2
     out = step.attend(0, q, k, v)
     for start, n in ((0, 7), (7, 10)):
         pos = torch.arange(n)
@@ -134,3 +147,26 @@ def test_replanned_decode_plan_equals_a_fresh_one():
     first = StepKV(caches, spread, [4, 2, 6], [1, 1, 1], BS, False, "cpu", storage, shared)
     starts_block = first.replan([2], [5, 3, 7], [grown[2]], lambda: block_arrays(grown, locations))
     assert starts_block is None  # an unchanged sequence whose token starts a block (5th token): a full plan
+
+
+def test_chunked_step_equals_plain_attention_over_the_prompt_so_far():
+    """A decode beside two prompt chunks: one whose prompt is at one location (read from its rBlocks), one whose
+    prompt spans two (partials merged); the chunks' K/V land in their slots first."""
+    gen = torch.Generator().manual_seed(6)
+    caches, storage, shared = caches_of(gen)
+    tables = [[RBlock(0, 0, DEVICE, 1), RBlock(1, 2, DEVICE, 3), RBlock(2, 1, DEVICE, 0)],  # decode, 10 tokens
+              [RBlock(3, 1, DEVICE, 2), RBlock(4, 1, DEVICE, 4), RBlock(5, 1, DEVICE, 5)],  # chunk 4..9 at one place
+              [RBlock(6, 0, DEVICE, 4), RBlock(7, 2, DEVICE, 0), RBlock(8, 0, DEVICE, 5)]]  # chunk 5..11 over two
+    lens, new = [10, 10, 12], [1, 6, 7]
+    step = StepKV(caches, tables, lens, new, BS, False, "cpu", storage, shared)
+    assert step.is_mixed and [how[0] for _, how in step.prefill] == ["paged", "parts"]
+    q, k, v = (torch.randn(sum(new), h, D, generator=gen) for h in (HQ, HKV, HKV))
+    out = step.attend(1, q, k, v)
+    start = 0
+    for table, n, m in zip(tables, lens, new):
+        kk, vv = (torch.cat([caches[(b.inst_id, b.device)][i][1, b.address] for b in table])[:n] for i in (0, 1))
+        torch.testing.assert_close(kk[n - m:], k[start:start + m])  # stored in place before attending
+        pos = torch.arange(n)
+        ref = contiguous_attention(q[start:start + m], kk, vv, pos[n - m:], pos)
+        torch.testing.assert_close(out[start:start + m], ref, atol=1e-5, rtol=1e-5)
+        start += m

@@ -337,13 +337,16 @@ def test_a_loop_waiting_on_a_reply_wakes_on_it_without_polling_ray():
     assert InstanceLoop.wait_ref(loop, reply_after.remote(0.05)) == "done" and loop.stats.messaging_s > 0.04
 
 
-def test_chunked_prefill_is_refused_with_the_local_engines_message():
-    from reference_impl.control.engine import CHUNKED_SIM_ONLY
-    from reference_impl.errors import InputError
+def test_chunked_prefill_on_ray_gives_the_local_backends_tokens(local_run):
+    """Steps that decode some requests and prefill prompt chunks of others, the long prompts' KV spread over
+    instances: the tokens of whole-prompt prefill on the local backend."""
+    from dataclasses import replace
 
-    with pytest.raises(InputError, match="chunked prefill runs on the sim backend only"):
-        RayEngine(EngineConfig(2, 8, block_size=4, chunked_prefill_tokens=8), MODEL)
-    assert "--chunked-prefill-tokens" in CHUNKED_SIM_ONLY
+    from reference_impl.backends.ray import generate as ray_generate
+
+    result = ray_generate(MODEL, PROMPTS, NUM_NEW, replace(SPREAD, chunked_prefill_tokens=12), ignore_eos=True)
+    assert result.token_ids == local_run.token_ids
+    assert len(result.placement[2]) >= 2
 
 
 def test_lamina_offloading_on_ray_matches_one_instance():

@@ -1,8 +1,8 @@
 """The Ray backend's data plane without Ray: two gloo processes, each an instance with its own rBlocks, each
 running its own step of DistAttention (`DistStep`) as a home while a second thread serves the other's step as
 its creditor (as an instance actor does), and a KV block moves in instance 1's step. Each instance's attention
-must equal the local KV layer (`StepKV`) over both instances' caches in one process, and the moved block must
-land."""
+must equal the local KV layer (`StepKV`) over both instances' caches in one process, in decode, prefill and
+chunked steps (prompt chunks beside decodes), and the moved block must land."""
 import threading
 import types
 
@@ -24,6 +24,9 @@ NUM_BLOCKS = 8
 TABLES = {0: [([(0, DEVICE, 0), (1, DEVICE, 3), (0, CPU, 2)], 10), ([(0, DEVICE, 1)], 3)],
           1: [([(1, DEVICE, 0), (1, DEVICE, 1)], 7), ([(0, DEVICE, 5), (1, DEVICE, 2)], 6), ([(1, CPU, 1)], 2)]}
 MOVE = (1, DEVICE, 4, 0, DEVICE, 6)  # instance 1's block 4 -> instance 0's block 6
+# a chunked step: instance 0's first request prefills a chunk over three locations, instance 1's first a chunk
+# over one; the others decode beside them
+CHUNKS = {0: [6, 1], 1: [5, 1, 1]}
 
 
 def all_caches(device):
@@ -33,10 +36,10 @@ def all_caches(device):
             for inst in (0, 1) for tier in (DEVICE, CPU)}
 
 
-def step_inputs(inst: int, is_prefill: bool, device="cpu"):
+def step_inputs(inst: int, mode: str, device="cpu"):
     tables = [[RBlock(-1, i, t, a) for i, t, a in blocks] for blocks, _ in TABLES[inst]]
     num_tokens = [n for _, n in TABLES[inst]]
-    num_new = num_tokens if is_prefill else [1] * len(tables)
+    num_new = {"prefill": num_tokens, "decode": [1] * len(tables), "chunked": CHUNKS[inst]}[mode]
     gen = torch.Generator().manual_seed(100 + inst)
     t, c = sum(num_new), CONFIG
     qkv = [tuple(torch.randn(t, heads, c.head_dim, generator=gen).to(device)
@@ -44,9 +47,10 @@ def step_inputs(inst: int, is_prefill: bool, device="cpu"):
     return tables, num_tokens, num_new, qkv
 
 
-def one_step(rank, world_size, device, is_prefill, backend):
+def one_step(rank, world_size, device, mode, backend):
+    is_prefill = mode == "prefill"
     caches = all_caches(device)
-    plans = {i: plan_step(*step_inputs(i, is_prefill)[:3], BLOCK, is_prefill) for i in (0, 1)}
+    plans = {i: plan_step(*step_inputs(i, mode)[:3], BLOCK, is_prefill) for i in (0, 1)}
     pairs = {0: [], 1: [MOVE]}  # by home: the moves of its step
     plane = types.SimpleNamespace(rank_of={0: 0, 1: 1}, spec=types.SimpleNamespace(backend=backend), group=None)
     plane.post = lambda sends, recvs, tag: DataPlane.post(plane, sends, recvs, tag)
@@ -67,7 +71,7 @@ def one_step(rank, world_size, device, is_prefill, backend):
     thread = threading.Thread(target=serve)
     thread.start()
     step = DistStep(rank, plane, mine, plans[rank], {}, pairs[rank], rank, CONFIG, BLOCK, torch.float32, device)
-    tables, num_tokens, num_new, qkv = step_inputs(rank, is_prefill, device)
+    tables, num_tokens, num_new, qkv = step_inputs(rank, mode, device)
     reference = StepKV({k: tuple(x.clone() for x in kv) for k, kv in all_caches(device).items()}, tables, num_tokens,
                        num_new, BLOCK, is_prefill, device)
     for layer, (q, k, v) in enumerate(qkv):
@@ -81,11 +85,11 @@ def one_step(rank, world_size, device, is_prefill, backend):
     return True
 
 
-@pytest.mark.parametrize("is_prefill", [False, True], ids=["decode", "prefill"])
-def test_dist_step_on_two_processes_matches_the_local_kv_layer(is_prefill):
-    assert run_ranks(one_step, 2, is_prefill, "gloo", backend="gloo")
+@pytest.mark.parametrize("mode", ["decode", "prefill", "chunked"])
+def test_dist_step_on_two_processes_matches_the_local_kv_layer(mode):
+    assert run_ranks(one_step, 2, mode, "gloo", backend="gloo")
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs two CUDA devices")
 def test_dist_step_over_nccl_matches_the_local_kv_layer():
-    assert run_ranks(one_step, 2, False, "nccl", backend="nccl")
+    assert run_ranks(one_step, 2, "decode", "nccl", backend="nccl")

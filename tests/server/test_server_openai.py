@@ -88,3 +88,13 @@ def test_sse_wire_format_stop_and_seed(shared_server, tiny_tokenizer):
     back = httpx.post(shared_server.base_url + "/detokenize", json={"tokens": tok["tokens"]}).json()
     assert back["prompt"] == PROMPT
     assert httpx.get(shared_server.base_url + "/health").status_code == 200
+
+
+def test_chunked_prefill_server_gives_the_whole_prompt_tokens(start_server, tiny_model, tiny_tokenizer):
+    server = start_server(chunked_prefill_tokens=16)
+    assert server.app.state.server.config.engine_config().chunked_prefill_tokens == 16
+    ids = tiny_tokenizer.encode(" ".join([PROMPT] * 4))
+    assert len(ids) > 2 * 16  # several chunks
+    r = _client(server).completions.create(model="tiny", prompt=ids, max_tokens=8, temperature=0, extra_body={
+        "return_token_ids": True, "ignore_eos": True})
+    assert r.choices[0].token_ids == _expected(tiny_model, ids, 8, ignore_eos=True)

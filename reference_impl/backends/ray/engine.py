@@ -24,7 +24,7 @@ from reference_impl.backends.ray.dataplane import GroupSpec
 from reference_impl.backends.ray.gmanager import GManagerActor
 from reference_impl.backends.ray.snapshot import BROKEN, Snapshot
 from reference_impl.backends.ray.stats import LoopStats
-from reference_impl.control.engine import CHUNKED_SIM_ONLY, EngineConfig
+from reference_impl.control.engine import EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.control.gmanager import GManagerConfig
 from reference_impl.control.placement import Placement
@@ -45,8 +45,6 @@ class RayEngine:
         """gmanager_config: the gManager's knobs in place of `config.gmanager`; perf_model: the cost model its
         Algorithm 1 reads; placement: a design's placement rules, given to every instance as it is built; homes:
         the instances `add_request` dispatches to (None: all; Lamina's: its compute instances)."""
-        if config.chunked_prefill_tokens is not None:
-            raise InputError(CHUNKED_SIM_ONLY)
         self.config = config
         self.ray_config = rc = ray_config
         self.mirror: dict[int, Sequence] = {}  # req_id -> the caller's Sequence, tokens mirrored as they come

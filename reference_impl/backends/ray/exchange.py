@@ -13,7 +13,7 @@ from reference_impl.backends.ray.serve import PartnerWork
 from reference_impl.backends.ray.step import DistStep, HomePlan, Pair, plan_step
 from reference_impl.control.sequence import Sequence
 from reference_impl.model.runner import ModelRunner
-from reference_impl.model.step_inputs import TokenArrays, token_arrays
+from reference_impl.model.step_inputs import TableCache, TokenArrays, token_arrays
 
 
 @dataclass(slots=True)
@@ -25,11 +25,15 @@ class Batch:
     plan: HomePlan
 
 
-def make_batch(rm, seqs: list[Sequence], is_prefill: bool, block_size: int) -> Batch:
-    tables = [list(rm.tables[s.req_id]) for s in seqs]
-    tokens = token_arrays(seqs, is_prefill)
-    return Batch(seqs, tokens, plan_step(tables, tokens.num_tokens.tolist(), tokens.num_new.tolist(), block_size,
-                                         is_prefill))
+def make_batch(rm, seqs: list[Sequence], is_prefill: bool, block_size: int, cache: TableCache | None = None,
+               chunked: bool = False) -> Batch:
+    """`cache`: the home's tables as arrays, kept between steps; `chunked`: the scheduler forms chunked steps."""
+    req_ids = [s.req_id for s in seqs]
+    tokens = token_arrays(seqs, is_prefill, chunked)
+    if cache is not None and len(cache.entries) > 2 * len(rm.tables) + 64:  # forget finished requests' tables
+        cache.keep_only(rm.tables)
+    return Batch(seqs, tokens, plan_step([rm.tables[r] for r in req_ids], tokens.num_tokens, tokens.num_new,
+                                         block_size, is_prefill, cache, req_ids))
 
 
 class Exchange(Owned):
@@ -39,6 +43,7 @@ class Exchange(Owned):
         self.serving: list = []  # the partners' calls of the previous steps not yet seen returned
         self.num_works: dict[tuple[int, str], int] = {}  # (partner, group) -> works sent to it so far
         self.runner = ModelRunner(loop.model, loop.device, loop.config.seed + loop.inst_id)
+        self.tables = TableCache()  # this home's requests' tables as arrays (plan_step)
 
     def begin(self) -> None:
         """A new step: no KV block pairs yet, no peer's block read by a move."""
@@ -126,4 +131,4 @@ class Exchange(Owned):
 
         hidden = self.runner.forward(batch.tokens, attend)
         mailbox.serve()
-        return self.runner.sample(batch.seqs, hidden)
+        return self.runner.sample(batch.seqs, hidden, batch.tokens)

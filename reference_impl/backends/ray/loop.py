@@ -207,7 +207,8 @@ class InstanceLoop(Owned):
         self.take_inbox()
         self.exchange.begin()
         seqs, is_prefill = self.instance.begin_step(self.exchange)
-        batch = make_batch(self.rm, seqs, is_prefill, self.config.block_size) if seqs else None
+        batch = (make_batch(self.rm, seqs, is_prefill, self.config.block_size, self.exchange.tables,
+                            self.config.chunked_prefill_tokens is not None) if seqs else None)
         works = self.exchange.partner_works(batch.plan if batch else None)
         self.link.beat()
         self.publish()
