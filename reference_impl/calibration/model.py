@@ -41,6 +41,12 @@ class Link:
             return self.curve(num_bytes)
         return self.latency_s + num_bytes / self.bytes_per_s
 
+    @property
+    def one_way_latency_s(self) -> float:
+        """A message's time before its bytes count: the measured curve's floor (its smallest message), or the
+        latency a bandwidth link was given."""
+        return self.curve.ys[0] if self.curve is not None else self.latency_s
+
 
 def resolve_link(hardware: dict, link, where: str) -> Link:
     """`link`: a measured send/recv name of the calibration ("intra-node", "inter-node"), a Link, or a

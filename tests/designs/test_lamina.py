@@ -31,24 +31,50 @@ def fixed(n, prompt, output, gap_s=0.0):
     return [Request(i, i * gap_s, prompt, output, "fixed") for i in range(n)]
 
 
-def flow_shop_s(stages, layers, parts):
-    """Each micro-batch passes the three stages per layer; each stage serves the micro-batches in turn."""
+def flow_shop_s(stages, layers, parts, round_trip=0.0):
+    """Each micro-batch passes the three stages per layer; each stage serves the micro-batches in turn; its query's
+    trip to the memory devices (before attention) and the output's back (after it) take half the round trip each,
+    on no device."""
     free, ready = [0.0] * 3, [0.0] * parts
     for _ in range(layers):
         for j in range(parts):
             t = ready[j]
             for s, d in enumerate(stages):
+                t += round_trip / 2 if s == 2 else 0.0
                 t = free[s] = max(t, free[s]) + d
-            ready[j] = t
+            ready[j] = t + round_trip / 2
     return max(ready)
 
 
 durations = st.floats(0.0, 1.0, allow_nan=False)
 
 
-@given(st.tuples(durations, durations, durations), st.integers(1, 6), st.integers(1, 4))
-def test_pipelined_step_is_the_flow_shop_schedule(stages, layers, parts):
-    assert pipelined_step_s(*stages, layers, parts) == pytest.approx(flow_shop_s(stages, layers, parts), abs=1e-12)
+@given(st.tuples(durations, durations, durations), st.integers(1, 6), st.integers(1, 4),
+       st.one_of(st.just(0.0), st.floats(0.0, 3.0, allow_nan=False)))
+def test_pipelined_step_is_the_flow_shop_schedule(stages, layers, parts, round_trip):
+    assert pipelined_step_s(*stages, layers, parts, round_trip) == pytest.approx(
+        flow_shop_s(stages, layers, parts, round_trip), abs=1e-12)
+
+
+def test_round_trips_waited_out_without_pipelining_and_filled_with_it():
+    """One micro-batch waits every layer's round trip; with two, the other's compute fills a round trip no longer
+    than its own idle time (2 x compute - the chain), so only the last layer's shows."""
+    c, n, a, r, layers = 1.0, 0.2, 0.3, 0.5, 10
+    assert pipelined_step_s(c, n, a, layers, 1, r) - pipelined_step_s(c, n, a, layers, 1) == pytest.approx(layers * r)
+    assert pipelined_step_s(c, n, a, layers, 2, r) - pipelined_step_s(c, n, a, layers, 2) == pytest.approx(r)
+
+
+def test_round_trip_is_two_one_way_latencies_of_the_instances_link():
+    """A decode step on a link of 100 us one-way latency lasts layers x 2 x 100 us longer than on one of none, at
+    the same bandwidth (one micro-batch: nothing overlaps the wait)."""
+    from reference_impl.calibration.model import Link
+
+    config = lamina(micro_batches=1)
+    knobs, model = knobs_of(config), perf_model(config)
+    steps = [StepPricer(replace(model, link=Link("x", latency_s=latency, bytes_per_s=1e9)), knobs.nic_gb_s_per_gpu,
+                        1e12, 1).decode(8, 8 * 1000).duration_s for latency in (0.0, 100e-6)]
+    assert steps[1] - steps[0] == pytest.approx(model.num_layers * 2 * 100e-6)
+    assert model.link.one_way_latency_s == model.link.time_s(1) > 0  # the measured curve's floor
 
 
 @settings(max_examples=60, deadline=None)
@@ -65,7 +91,8 @@ def test_step_between_its_slowest_stage_and_the_sum_of_the_three(setting, batch,
               attention_s(name, kv, pricer.attention_bytes_per_s))
     step = pricer.decode(batch, kv)  # its stages as run (micro-batches) bound it below; no overlap above
     ran = (step.compute_busy_s, step.network_busy_s, step.memory_busy_s)
-    assert max(ran) * (1 - 1e-9) <= step.duration_s <= min(sum(ran), sum(stages)) * (1 + 1e-9)
+    waits = model.num_layers * 2 * model.link.one_way_latency_s  # every layer's round trip, on no device
+    assert max(max(ran), waits) * (1 - 1e-9) <= step.duration_s <= (min(sum(ran), sum(stages)) + waits) * (1 + 1e-9)
     assert step.memory_busy_s == pytest.approx(stages[2])  # the same KV is read, however it is split
 
 

@@ -28,7 +28,9 @@ def test_lamina_step_by_hand():
     assert c.step_s == max(c.compute_s, c.attention_s, c.network_s)
     assert c.cost_usd == 17500 + n * 1600
     serial = lamina.lamina_config("llama2-13b", ctx, 1, n, overlap=False)
-    assert serial.step_s == pytest.approx(c.compute_s + c.attention_s + c.network_s)
+    inter_node = CalibratedPerfModel.for_setting(model="llama2-13b", gpu=lamina.GPU, tp=1, link="inter-node").link
+    assert serial.round_trips_s == pytest.approx(40 * 2 * inter_node.time_s(1))  # 40 layers, query out, output back
+    assert serial.step_s == pytest.approx(c.compute_s + c.attention_s + c.network_s + serial.round_trips_s)
 
 
 def test_vllm_batch_is_what_fits_and_attention_efficiency_is_a_fraction():

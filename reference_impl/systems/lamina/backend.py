@@ -1,5 +1,6 @@
 """Lamina's step costs on the simulator: a decode step is the pipelined compute / network / memory-device
-attention of step_cost.py over the KV the instance's memory devices hold; a prefill step runs whole prompts on the
+attention of step_cost.py over the KV the instance's memory devices hold, every layer's round trip on the instance's
+link (`config.link`) waited out where the pipeline does not fill it; a prefill step runs whole prompts on the
 compute devices (the calibrated prefill, attention included, lamina 5.6) and then sends their KV to the memory
 devices over the compute GPUs' NICs (the step lasts both: the KV must be there before the first decode)."""
 from dataclasses import dataclass, field

@@ -4,21 +4,23 @@
 - vLLM on Lamina's compute GPUs alone (same tp, no memory devices): the batch and throughput comparison of the
   paper's Fig 12.
 - Lamina: A100 compute devices (tp 1-8) and N memory devices, each stage priced by the design's step_cost.py
-  at the largest batch the memory devices hold. Without overlap a step is compute + network + attention; with
+  at the largest batch the memory devices hold. Without overlap a step is compute + network + attention and
+  every layer's round trip to the memory devices (two messages at the link between machines' latency); with
   rotational pipelining it is the slowest of the three (the pipeline's steady state with its micro-batches as
-  cheap as the whole batch and no fill or drain: the serving part prices those). The (tp, N) with the best
-  tokens/s per dollar.
+  cheap as the whole batch, the round trips behind the other micro-batch's stages and no fill or drain: the
+  serving part prices those). The (tp, N) with the best tokens/s per dollar.
 Batches are capped at MAX_BATCH for both.
 """
 from dataclasses import asdict, dataclass
 
 from reference_impl.calibration import CalibratedPerfModel
+from reference_impl.calibration.links import DEFAULT_LINK
 from reference_impl.calibration.perf_model import InstanceLoad, step_time_s
 from reference_impl.errors import InputError
 from reference_impl.systems.lamina.hardware import (MEMORY_DEVICE, PRICED_AS, device, gpu_price_usd,
                                                     kv_bytes_per_token, memory_attention_bytes_per_s, memory_pool_bytes,
                                                     nic_gb_s_per_gpu)
-from reference_impl.systems.lamina.step_cost import MAX_BATCH, attention_s, compute_s, network_s
+from reference_impl.systems.lamina.step_cost import MAX_BATCH, attention_s, compute_s, network_s, round_trip_s
 
 GPU = "A100-80GB-SXM"
 MODELS = ("llama2-13b", "llama2-70b")
@@ -41,6 +43,7 @@ class Config:
     compute_s: float
     attention_s: float
     network_s: float
+    round_trips_s: float  # every layer's messages' latency (waited out without overlap)
     cost_usd: float
 
     @property
@@ -53,7 +56,8 @@ class Config:
 
 def _model(model: str, tp: int) -> CalibratedPerfModel | None:
     try:
-        return CalibratedPerfModel.for_setting(model=model, gpu=GPU, tp=tp, link="intra-node")
+        # the link between machines: Lamina's memory devices sit behind the compute GPUs' NICs (vLLM uses none)
+        return CalibratedPerfModel.for_setting(model=model, gpu=GPU, tp=tp, link=DEFAULT_LINK)
     except InputError:  # the weights do not fit this tp
         return None
 
@@ -66,7 +70,7 @@ def vllm_config(model: str, context: int, tp: int) -> Config | None:
     if batch < 1:
         return None
     step = step_time_s(m, InstanceLoad(batch_size=batch, attn_kv_tokens=batch * context))
-    return Config("vLLM", model, context, tp, 0, batch, step, step, 0.0, 0.0, tp * gpu_price_usd(GPU))
+    return Config("vLLM", model, context, tp, 0, batch, step, step, 0.0, 0.0, 0.0, tp * gpu_price_usd(GPU))
 
 
 def lamina_config(model: str, context: int, tp: int, memory_devices: int, overlap: bool) -> Config | None:
@@ -79,10 +83,11 @@ def lamina_config(model: str, context: int, tp: int, memory_devices: int, overla
     compute = compute_s(m, batch)
     attention = attention_s(model, batch * context, memory_attention_bytes_per_s(GPU, memory_devices))
     network = network_s(model, batch, tp, nic_gb_s_per_gpu())
-    step = max(compute, attention, network) if overlap else compute + attention + network
+    round_trips = m.num_layers * round_trip_s(m.link)
+    step = max(compute, attention, network) if overlap else compute + attention + network + round_trips
     cost = tp * gpu_price_usd(GPU) + memory_devices * device(MEMORY_DEVICE)["price_usd"]
     return Config("Lamina" if overlap else "Lamina (no overlap)", model, context, tp, memory_devices, batch, step,
-                  compute, attention, network, cost)
+                  compute, attention, network, round_trips, cost)
 
 
 def best(configs) -> Config | None:

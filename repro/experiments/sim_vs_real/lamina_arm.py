@@ -7,12 +7,11 @@ time and the gloo link between two processes, as the pooled arm's).
 The simulated Lamina is the design's own pricing (systems/lamina/step_cost.py) with its memory devices stood in by
 what the machine measured: one memory device per instance reading KV at the calibration's decode-attention rate,
 the compute GPU's NIC at the gloo link's bandwidth (its largest measured message), the pool the memory instance's
-rBlocks. What the simulated Lamina prices that the real run does not, or the reverse, is recorded, measured:
-- rotational pipelining (lamina 5.1.1, 2 micro-batches): the real engine does not run it; each run is simulated
-  with the design's micro-batches and with one (no pipelining), and the share the pipelining takes off is kept;
-- per-message latency: the step's network is bandwidth only, while the real compute instance waits, every layer,
-  for its query to reach the memory instance and the (out, lse) to come back over gloo; the link's smallest-message
-  one-way time x 2 x layers is kept per decode step beside the measured step.
+rBlocks, every layer's round trip the gloo link's one-way latency (its smallest measured message) twice: the query
+to the memory instance, the (out, lse) back (step_cost.round_trip_s; `message_latency_per_step_s` per decode step).
+The prediction is of what ran: one micro-batch, as the real engine runs no rotational pipelining (lamina 5.1.1);
+each run is also simulated with the design's micro-batches (`predicted_pipelined`), and the share the pipelining
+would take off is kept.
 """
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -22,30 +21,31 @@ import ray
 import torch
 
 from reference_impl.backends.ray import RayConfig, init_ray
-from reference_impl.backends.ray.serving import RayServer, engine_config, instance_stats
+from reference_impl.backends.ray.serving import RayServer, engine_config
 from reference_impl.calibration.links import GLOO
 from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.control.engine import EngineConfig
 from reference_impl.control.gmanager import GManagerConfig
 from reference_impl.model.llama import random_model
-from reference_impl.serving.records import REJECTED
 from reference_impl.sim.config import SimConfig
 from reference_impl.systems.catalog import design
 from reference_impl.systems.lamina.cluster import MICRO_BATCHES, LaminaKnobs
 from reference_impl.systems.lamina.hardware import kv_bytes_per_token
 from reference_impl.systems.lamina.local import lamina_engine_config, offload_placement
+from reference_impl.systems.lamina.step_cost import round_trip_s
 from reference_impl.systems.registry import system_config
 from reference_impl.systems.run import simulate
 from repro.experiments.sim_vs_real.calibration import CPU_HARDWARE, add_measured_link, calibrate, calibration_record
 from repro.experiments.sim_vs_real.points import make_points, run_summary
 from repro.experiments.sim_vs_real.pooled import CALIBRATION_CLOCK, PooledSetup, sim_config
+from repro.experiments.sim_vs_real.ray_runs import measure_saturation, served_summary
 from repro.load import load_1m
 from repro.progress import progress
 
 LAMINA, BASELINE = "lamina", "infinite-llm"
 SYSTEMS = (LAMINA, BASELINE)
 NUM_COMPUTE = 1  # instance 0 computes, instance 1 stands in for the memory devices
-MESSAGES_PER_LAYER = 2  # the query out to the memory instance, its (out, lse) back
+REAL_MICRO_BATCHES = 1  # the real engine runs no rotational pipelining
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +79,9 @@ def lamina_sim_config(base: SimConfig, perf: CalibratedPerfModel, setup: LaminaS
 
 
 def message_latency_per_step_s(perf: CalibratedPerfModel) -> float:
-    """What the real remote path waits on the link per decode step beyond bandwidth: every layer's messages at the
-    link's smallest measured message."""
-    return MESSAGES_PER_LAYER * perf.num_layers * perf.link.curve.ys[0]
+    """What the simulated Lamina waits on the link per unpipelined decode step beyond bandwidth: every layer's
+    round trip."""
+    return perf.num_layers * round_trip_s(perf.link)
 
 
 def _ranks(points: list[dict], side: str) -> dict:
@@ -119,12 +119,7 @@ def run_lamina_arm(spec, make_requests, setup: LaminaSetup, *, multipliers, repe
     gm_config = GManagerConfig()
 
     def measure(system: str, requests) -> tuple[dict, dict]:
-        run, stats = server.serve(requests, configs[system], seed=seed, **serving[system])
-        engine = instance_stats(stats)
-        summary = {**asdict(run_summary(run)), "num_steps": engine.pop("num_steps"),
-                   "num_preemptions": sum(r.num_preemptions for r in run.requests),
-                   "num_rejected": sum(r.status == REJECTED for r in run.requests)}
-        return summary, engine
+        return served_summary(*server.serve(requests, configs[system], seed=seed, **serving[system]))
 
     loads, calibrations, burst = [load_1m()], [], make_requests(float("inf"))
 
@@ -143,13 +138,7 @@ def run_lamina_arm(spec, make_requests, setup: LaminaSetup, *, multipliers, repe
         first = calibrated(-1, 0.0)
         perf = CalibratedPerfModel.for_setting(model=spec.name, gpu=CPU_HARDWARE, link=GLOO, coefficients_path=first)
         server = RayServer(model, ray_config, gmanager_config=gm_config, perf_model=perf)
-        for system in SYSTEMS:  # warm-up: workers, imports, the data plane (the engines stay warm)
-            measure(system, burst[: min(4, len(burst))])
-        saturation = {}
-        for system in SYSTEMS:
-            summary, _ = measure(system, burst)
-            saturation[system] = {"output_tok_s": summary["output_tok_s"],
-                                  "rate_per_s": summary["num_finished"] / summary["makespan_s"]}
+        saturation = measure_saturation(measure, SYSTEMS, burst)
         top = max(s["rate_per_s"] for s in saturation.values())
         rates = rates or tuple(float(f"{top * m:.3g}") for m in multipliers)
         log(f"  lamina arm, 1 compute + 1 memory Ray instance ({setup.blocks_per_instance} rBlocks) against "
@@ -162,7 +151,7 @@ def run_lamina_arm(spec, make_requests, setup: LaminaSetup, *, multipliers, repe
             path = calibrated(repeat, rate)
             perf = CalibratedPerfModel.for_setting(model=spec.name, gpu=CPU_HARDWARE, link=GLOO, coefficients_path=path)
             base = sim_config(configs[BASELINE], gm_config, pooled_setup, spec.name, path)
-            sims = {LAMINA: lamina_sim_config(base, perf, setup, MICRO_BATCHES),
+            sims = {LAMINA: lamina_sim_config(base, perf, setup, REAL_MICRO_BATCHES),
                     BASELINE: system_config(BASELINE, base)}
             for system in SYSTEMS:
                 load_before = load_1m()
@@ -173,8 +162,8 @@ def run_lamina_arm(spec, make_requests, setup: LaminaSetup, *, multipliers, repe
                           "rate_per_s": rate, "measured": measured, "predicted": predicted, "engine": stats,
                           "loadavg_1m_before": load_before, "loadavg_1m_after": loads[-1]}
                 if system == LAMINA:
-                    unpipelined = run_summary(simulate(lamina_sim_config(base, perf, setup, 1), requests))
-                    record.update(predicted_unpipelined=asdict(unpipelined),
+                    pipelined = run_summary(simulate(lamina_sim_config(base, perf, setup, MICRO_BATCHES), requests))
+                    record.update(predicted_pipelined=asdict(pipelined),
                                   message_latency_per_step_s=message_latency_per_step_s(perf))
                 runs.append(record)
                 log(f"  lamina arm {system:<12} rate {rate:g}/s: measured {measured['output_tok_s']:.1f} tok/s, "
@@ -190,13 +179,12 @@ def run_lamina_arm(spec, make_requests, setup: LaminaSetup, *, multipliers, repe
     lamina_runs = [r for r in runs if r["system"] == LAMINA]
     return {"setup": asdict(setup), "systems": list(SYSTEMS), "saturation": saturation, "rates_per_s": list(rates),
             "calibrations": calibrations, "runs": runs, "points": points, "ranking": ranking(points),
-            "pipelining": {  # what the design's micro-batches take off the simulated Lamina's makespan
+            "pipelining": {  # what the design's micro-batches would take off the simulated Lamina
                 "micro_batches": MICRO_BATCHES,
-                "predicted_tok_s_over_unpipelined": float(np.median(
-                    [r["predicted"]["output_tok_s"] / r["predicted_unpipelined"]["output_tok_s"]
-                     for r in lamina_runs])),
-                "predicted_ttft_over_unpipelined": float(np.median(
-                    [r["predicted"]["mean_ttft_s"] / r["predicted_unpipelined"]["mean_ttft_s"] for r in lamina_runs]))},
+                "pipelined_tok_s_over_predicted": float(np.median(
+                    [r["predicted_pipelined"]["output_tok_s"] / r["predicted"]["output_tok_s"] for r in lamina_runs])),
+                "pipelined_ttft_over_predicted": float(np.median(
+                    [r["predicted_pipelined"]["mean_ttft_s"] / r["predicted"]["mean_ttft_s"] for r in lamina_runs]))},
             "message_latency_per_step_s": float(np.median([r["message_latency_per_step_s"] for r in lamina_runs])),
             "measured_step_ms": float(np.median([r["engine"]["step_ms"] for r in lamina_runs])),
             "loadavg_1m": {"min": min(loads), "max": max(loads), "median": float(np.median(loads))}}

@@ -30,7 +30,7 @@ import ray
 import torch
 
 from reference_impl.backends.ray import RayConfig, init_ray
-from reference_impl.backends.ray.serving import RayServer, engine_config, instance_stats
+from reference_impl.backends.ray.serving import RayServer, engine_config
 from reference_impl.calibration.links import GLOO
 from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.control.engine_config import REAL_GMANAGER_INTERVAL_S
@@ -48,6 +48,7 @@ from repro.experiments.sim_vs_real.calibration import (CPU_HARDWARE, add_engine_
 from repro.experiments.sim_vs_real.co_run import measure_co_run
 from repro.experiments.sim_vs_real.ray_steps import RaySteps
 from repro.experiments.sim_vs_real.points import make_points, run_summary
+from repro.experiments.sim_vs_real.ray_runs import measure_saturation, served_summary
 
 SYSTEMS = ("infinite-llm", "vllm-m")
 # The profile's ops are timed in process CPU time: on a shared machine wall-clock medians of the same op moved 40x
@@ -118,12 +119,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
                                 max_batch_size=setup.max_batch_size, seed=seed) for s in SYSTEMS}
 
     def measure(system: str, requests) -> tuple[dict, dict]:
-        run, stats = server.serve(requests, configs[system], seed=seed)
-        engine = instance_stats(stats)
-        summary = {**asdict(run_summary(run)), "num_steps": engine.pop("num_steps"),
-                   "num_preemptions": sum(r.num_preemptions for r in run.requests),
-                   "num_rejected": sum(r.status == REJECTED for r in run.requests)}
-        return summary, engine
+        return served_summary(*server.serve(requests, configs[system], seed=seed))
 
     loads = [load_1m()]
     burst = make_requests(float("inf"))
@@ -155,13 +151,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
         log(f"  pooled arm: an instance's step computes {co_run.co_run_slowdown:.2f}x as long beside the others "
             f"(alone {', '.join(f'{x:.1f}' for x in co_run.alone_ms)} ms, together "
             f"{', '.join(f'{x:.1f}' for x in co_run.together_ms)} ms)")
-        for system in SYSTEMS:  # warm-up: workers, imports, the data plane (the engines stay warm)
-            measure(system, burst[: min(4, len(burst))])
-        saturation = {}
-        for system in SYSTEMS:
-            summary, engine = measure(system, burst)
-            saturation[system] = {"output_tok_s": summary["output_tok_s"],
-                                  "rate_per_s": summary["num_finished"] / summary["makespan_s"], "engine": engine}
+        saturation = measure_saturation(measure, SYSTEMS, burst)
         # measured in Infinite-LLM's saturation run (none served, no call: 0): a creditor serving a debtor step,
         # on the wall clock (the debtor's wait) and in the serving thread's CPU time (the creditor's core), and
         # one control-plane call on a peer that waits for its reply
