@@ -39,7 +39,7 @@ class PeerRequests:
     """What a peer (always the home of `req_id`) may ask of this rManager; runs on the loop thread."""
 
     def __init__(self, loop: InstanceLoop):
-        self.rm = loop.rm
+        self.loop, self.rm = loop, loop.rm
 
     def try_move_kvcache(self, req_id: int, num_blocks: int, home: int) -> bool:
         self.rm.note_home(req_id, home)
@@ -65,6 +65,12 @@ class PeerRequests:
 
     def cancel_reservation(self, req_id: int, num_blocks: int | None) -> None:
         self.rm.cancel_reservation(req_id, num_blocks)
+
+    def room_for_move(self) -> tuple[int, int, int]:
+        return self.loop.mover.room()
+
+    def take_for_move(self, req_id: int, num_blocks: int, home: int, ids: list[int]) -> list[RBlock]:
+        return self.loop.mover.take_for_move(req_id, num_blocks, home, ids)
 
     def release_blocks(self, blocks: list[RBlock]) -> None:
         self.rm.release_blocks(blocks)
@@ -92,7 +98,7 @@ class PeerRequests:
 @ray.remote(max_concurrency=MAX_CONCURRENCY)
 class InstanceActor:
     def __init__(self, inst_id: int, model, config: EngineConfig, device: str = "cpu",
-                 heartbeat_interval_s: float = 0.0, placement: Placement = Placement()):
+                 heartbeat_interval_s: float = 0.0, placement: Placement = Placement(), moves=None):
         torch.set_num_threads(int(os.environ.get("REPRO_RAY_TORCH_THREADS", "1")))
         # a debtor's step waits on the thread serving it here: let it take the GIL from the loop sooner than
         # Python's default 5 ms
@@ -103,6 +109,7 @@ class InstanceActor:
         self.inst_id = inst_id
         self.heartbeat_interval_s = heartbeat_interval_s
         self.placement = placement  # a design's placement rules (control/placement.py), given to the instance
+        self.moves = moves  # a design's rule for moving requests whole (control/request_move.py RequestMoves)
         self.config = config
         self.model = model
         self.device = torch.device(device)
@@ -122,7 +129,7 @@ class InstanceActor:
     def start(self, handles: dict, gmanager, spec: GroupSpec) -> None:
         """Join the data plane and start the loop; every member is started at once (the group forms)."""
         self.loop = InstanceLoop(self.inst_id, self.config, self.model, self.caches, self.device, gmanager, handles,
-                                 self.heartbeat_interval_s, self.placement)
+                                 self.heartbeat_interval_s, self.placement, self.moves)
         self.requests = PeerRequests(self.loop)
         plane = self.make_plane(spec)
         self.thread = threading.Thread(target=self.loop.run, args=(plane,), daemon=True)

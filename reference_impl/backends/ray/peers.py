@@ -17,8 +17,8 @@ import ray
 from ray.exceptions import RayActorError
 
 from reference_impl.backends.ray.peer_messages import (AllocForSwap, AskMove, Borrow, CancelReservation, HasTable,
-                                                     NumMoving, PeerMessage, ReleaseBlocks, SetBlock, Table,
-                                                     TakeReserved, TryMoveKVCache)
+                                                     NumMoving, PeerMessage, ReleaseBlocks, RoomForMove, SetBlock,
+                                                     Table, TakeForMove, TakeReserved, TryMoveKVCache)
 from reference_impl.control.rblock import RBlock
 
 _DEAD = object()
@@ -121,6 +121,13 @@ class RemoteRManager:
         blocks = self.ask(Borrow(req_id, num_blocks, self.me.inst_id, self._new_ids(num_blocks)), default=[])
         self.view_lendable = max(0, self.view_lendable - len(blocks))
         return blocks
+
+    # --- a request of this instance moving there whole (request_moves.py)
+    def room_for_move(self) -> tuple[int, int, int] | None:
+        return self.ask(RoomForMove(), default=None)
+
+    def take_for_move(self, req_id: int, num_blocks: int) -> list[RBlock]:
+        return self.ask(TakeForMove(req_id, num_blocks, self.me.inst_id, self._new_ids(num_blocks)), default=[])
 
     def _new_ids(self, num_blocks: int) -> list[int]:
         """Block ids from this (home) instance's counter, for blocks the peer allocates."""

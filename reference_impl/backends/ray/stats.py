@@ -17,6 +17,9 @@ class LoopStats(Owned):
     num_gmanager_restarts: int = 0  # new gManager incarnations seen in heartbeat replies
     num_swaps: int = 0  # DGFM swaps carried out here
     num_copied_blocks: int = 0  # KV blocks this home's moves and swaps copied
+    num_requests_moved: int = 0  # requests this home moved whole to another instance (a design's move rule) ...
+    num_moves_declined: int = 0  # ... and the moves its rule asked for that the destination refused
+    num_adopted: int = 0  # requests moved here whole, adopted once their KV landed
     num_partner_calls: int = 0  # partners' parts of this home's steps sent
     num_served: int = 0  # debtors' steps served here
     num_peer_calls: int = 0  # control-phase calls on a peer's rManager that waited for the reply
