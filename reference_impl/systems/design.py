@@ -5,6 +5,8 @@ the default policy and backend; the other designs (catalog.py) override them in 
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from reference_impl.control.engine_config import EngineConfig
+from reference_impl.control.engine_run import EngineRun
 from reference_impl.sim.backend import SimBackend
 from reference_impl.sim.config import SimConfig
 from reference_impl.sim.policy import Policy
@@ -17,7 +19,13 @@ class Design:
     configure: Callable[[SimConfig], SimConfig]  # the cluster this design makes of a base cluster (same GPUs)
     policy: type[Policy] = Policy
     backend: type[SimBackend] = SimBackend
-    real_engine: bool = True  # the engine's local and Ray backends run it too (policy = the config alone)
+    # the real backends that run its mechanism on the real model and KV (the simulator runs every design): "local"
+    # (backends/local.py, with the design's own entry point where it has one: systems/*/local.py) and "ray" (the
+    # Ray backend, from `engine_run`: backends/ray/serving.py)
+    real_backends: tuple[str, ...] = ("local", "ray")
+    # its run on a real engine: (the engine config its cluster makes, its knobs or None) -> control/engine_run.py's
+    # EngineRun (placement, the instances requests go to, its move rule); None: the engine config alone
+    on_engine: Callable[[EngineConfig, object], EngineRun] | None = None
     # devices beyond the GPUs that a cluster it made holds, priced as lamina Table 1's memory device (pricing.py)
     memory_devices: Callable[[SimConfig], int] | None = None
     # its knobs fitted to a workload (a request list), where the design fits them per workload (None: it does not)
@@ -27,6 +35,10 @@ class Design:
     def on_pooled_engine(self) -> bool:
         """It runs on the pooled engine's own policy and backend: its config alone makes the difference."""
         return self.policy is Policy and self.backend is SimBackend
+
+    def engine_run(self, config: EngineConfig, knobs=None) -> EngineRun:
+        """How a real backend runs this design on `config`, the engine config its cluster makes."""
+        return EngineRun(config) if self.on_engine is None else self.on_engine(config, knobs)
 
     def config(self, base: SimConfig) -> SimConfig:
         """`base` as this design runs it, named in its `design` field."""

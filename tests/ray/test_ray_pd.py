@@ -7,11 +7,14 @@ ray = pytest.importorskip("ray")
 
 from reference_impl.backends.local import generate as local_generate  # noqa: E402
 from reference_impl.backends.ray import RayConfig, RayEngine  # noqa: E402
-from reference_impl.backends.ray.serving import loop_stats  # noqa: E402
+from reference_impl.backends.ray.serving import RayServer, engine_run, loop_stats  # noqa: E402
 from reference_impl.control.engine import EngineConfig  # noqa: E402
 from reference_impl.control.sequence import Sequence  # noqa: E402
 from reference_impl.model.llama import TINY, random_model  # noqa: E402
-from reference_impl.systems.pd_disagg.hand_over import hand_over  # noqa: E402
+from reference_impl.serving.records import FINISHED  # noqa: E402
+from reference_impl.systems.catalog import design  # noqa: E402
+from reference_impl.systems.pd_disagg.hand_over import HandOver, hand_over  # noqa: E402
+from workloads.request import Request  # noqa: E402
 
 pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.usefixtures("local_ray")]
 
@@ -39,3 +42,21 @@ def test_prefilled_on_one_actor_decoded_on_another_as_one_instance():
         assert all(use == IDLE for use in engine.usage().values())
     finally:
         engine.shutdown()
+
+
+def test_served_against_the_clock_as_the_design_gives_it():
+    """The serving path of `repro run --backend ray` (RayServer, the design's EngineRun): every request finishes on
+    a decode instance, twice on one warm engine (an equal rule is the same engine)."""
+    chosen = engine_run(design("pd-disaggregation"), 2, 16, 4, max_batch_size=8, seed=0)
+    assert (chosen.homes, chosen.moves, chosen.config.pooling) == ((0,), HandOver(1, 2), False)
+    server = RayServer(MODEL, RayConfig())
+    requests = [Request(i, 0.05 * i, n, 4, "test") for i, n in enumerate([5, 9, 13])]
+    try:
+        for _ in range(2):
+            again = engine_run(design("pd-disaggregation"), 2, 16, 4, max_batch_size=8, seed=0)
+            run, stats = server.serve(requests, again.config, placement=again.placement, homes=again.homes,
+                                      moves=again.moves)
+            assert run.count(FINISHED) == len(requests) and len(server.engines) == 1
+            assert (stats[0].num_requests_moved, stats[1].num_adopted) == (len(requests), len(requests))
+    finally:
+        server.close()

@@ -5,4 +5,4 @@ from reference_impl.systems.llumnix.policy import LlumnixBackend, LlumnixPolicy
 from reference_impl.systems.vllm_m import vllm_m
 
 DESIGN = Design("llumnix", "vLLM-M's instances, freest-instance dispatch and live migration of running requests",
-                configure=vllm_m, policy=LlumnixPolicy, backend=LlumnixBackend, real_engine=False)
+                configure=vllm_m, policy=LlumnixPolicy, backend=LlumnixBackend, real_backends=("local",))

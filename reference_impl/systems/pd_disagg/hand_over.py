@@ -8,6 +8,7 @@ KV never spans instances. Greedy tokens equal one instance's."""
 from dataclasses import dataclass
 
 from reference_impl.control.engine_config import EngineConfig
+from reference_impl.control.engine_run import EngineRun
 from reference_impl.control.request_move import RequestMoves
 from reference_impl.control.sequence import Status
 from reference_impl.errors import InputError
@@ -59,3 +60,10 @@ def hand_over(config: EngineConfig, num_prefill: int | None = None) -> tuple[Eng
         raise InputError("prefill/decode disaggregation needs at least 2 instances (a prefill and a decode one)")
     num_prefill = default_num_prefill(config.num_instances) if num_prefill is None else num_prefill
     return pd_engine_config(config), HandOver(num_prefill, config.num_instances)
+
+
+def engine_run(config: EngineConfig, knobs=None) -> EngineRun:
+    """Design.on_engine: the split of `config`'s instances (the knobs' `num_prefill`, else `default_num_prefill`),
+    requests dispatched to its prefill instances."""
+    config, rule = hand_over(config, getattr(knobs, "num_prefill", None))
+    return EngineRun(config, homes=rule.prefill, moves=rule)
