@@ -5,10 +5,12 @@ the default policy and backend; the other designs (catalog.py) override them in 
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from reference_impl.cluster_config import ClusterConfig
 from reference_impl.control.engine_config import EngineConfig
 from reference_impl.control.engine_run import EngineRun
 from reference_impl.sim.backend import SimBackend
 from reference_impl.sim.config import SimConfig
+from reference_impl.errors import InputError
 from reference_impl.sim.policy import Policy
 
 
@@ -39,6 +41,25 @@ class Design:
     def engine_run(self, config: EngineConfig, knobs=None) -> EngineRun:
         """How a real backend runs this design on `config`, the engine config its cluster makes."""
         return EngineRun(config) if self.on_engine is None else self.on_engine(config, knobs)
+
+    def real_run(self, backend: str, num_instances: int, blocks_per_instance: int, block_size: int, *,
+                 max_batch_size: int | None = None, seed: int = 0, knobs=None) -> EngineRun:
+        """How real backend `backend` serves this design on `num_instances` instances of `blocks_per_instance`
+        rBlocks each (InputError where it does not run it). A design of the pooled engine decides the instances
+        and the pooling, and the cluster's rBlocks are shared among the instances it keeps (vLLM-S: one instance
+        holds them all); a design with its own real run (`on_engine`) splits the instances given."""
+        if backend not in self.real_backends:
+            where = " and the ".join(("the simulator", *(f"{b} backend" for b in self.real_backends)))
+            raise InputError(f"system {self.name!r} runs on {where} only, not on {backend}")
+        batch = {} if max_batch_size is None else {"max_batch_size": max_batch_size}  # None: the engine's default
+        if self.on_engine is not None:
+            return self.engine_run(EngineConfig(num_instances, blocks_per_instance, block_size=block_size, seed=seed,
+                                                **batch), knobs)
+        base = ClusterConfig(engine=EngineConfig(num_instances=num_instances, block_size=block_size, seed=seed))
+        policy = self.config(base).engine
+        blocks = num_instances * blocks_per_instance // policy.num_instances
+        return self.engine_run(EngineConfig(policy.num_instances, blocks, block_size=block_size,
+                                            pooling=policy.pooling, seed=seed, **batch), knobs)
 
     def config(self, base: SimConfig) -> SimConfig:
         """`base` as this design runs it, named in its `design` field."""

@@ -215,7 +215,7 @@ def test_ray_systems_are_the_simulators_policies_over_the_same_rblocks():
     assert (configs["vllm-s"].num_instances, configs["vllm-s"].pooling) == (1, False)
     assert (configs["pd-disaggregation"].num_instances, configs["pd-disaggregation"].pooling) == (3, False)
     for system in ("llumnix", "loongserve"):
-        with pytest.raises(InputError, match="the simulator and the local backend only, not on Ray"):
+        with pytest.raises(InputError, match="the simulator and the local backend only, not on ray"):
             engine_config(design(system), 3, 10, 8)
 
 

@@ -24,7 +24,6 @@ from reference_impl.control.placement import Placement
 from reference_impl.errors import InputError, RequestsFailed
 from reference_impl.model.llama import LlamaModel
 from reference_impl.serving.records import FAILED, ServingRun
-from reference_impl.cluster_config import ClusterConfig
 
 PUBLISH_S = 0.02  # a loop publishes its counters at its next control phase: this long covers a step
 
@@ -40,22 +39,13 @@ def engine_config(chosen, num_instances: int, blocks_per_instance: int, block_si
 def engine_run(chosen, num_instances: int, blocks_per_instance: int, block_size: int, *,
                max_batch_size: int | None = None, seed: int = 0, knobs=None) -> EngineRun:
     """How the Ray backend runs the design `chosen` on `num_instances` instances of `blocks_per_instance` rBlocks
-    each: its engine config, placement, the instances requests go to and its move rule (Design.engine_run, with
-    `knobs` its own or None). A design of the pooled engine decides the instances and the pooling, and the
-    cluster's rBlocks are shared among the instances it keeps (vLLM-S: one instance holds them all); a design with
-    its own real run (prefill/decode disaggregation, Lamina) splits the instances given."""
-    if "ray" not in chosen.real_backends:
-        where = " and the ".join(("the simulator", *(f"{b} backend" for b in chosen.real_backends)))
-        raise InputError(f"system {chosen.name!r} runs on {where} only, not on Ray; use --backend sim")
-    batch = {} if max_batch_size is None else {"max_batch_size": max_batch_size}  # None: the engine's default
-    if chosen.on_engine is not None:
-        return chosen.engine_run(EngineConfig(num_instances, blocks_per_instance, block_size=block_size, seed=seed,
-                                              **batch), knobs)
-    base = ClusterConfig(engine=EngineConfig(num_instances=num_instances, block_size=block_size, seed=seed))
-    policy = chosen.config(base).engine
-    blocks = num_instances * blocks_per_instance // policy.num_instances
-    return chosen.engine_run(EngineConfig(policy.num_instances, blocks, block_size=block_size,
-                                          pooling=policy.pooling, seed=seed, **batch), knobs)
+    each (Design.real_run): its engine config, placement, the instances requests go to and its move rule; `knobs`
+    its own, or None. InputError, with a hint, for a design Ray does not run."""
+    try:
+        return chosen.real_run("ray", num_instances, blocks_per_instance, block_size, max_batch_size=max_batch_size,
+                               seed=seed, knobs=knobs)
+    except InputError as err:
+        raise InputError(f"{err}; use --backend sim") from None
 
 
 def loop_stats(engine: RayEngine) -> dict[int, LoopStats]:
