@@ -21,7 +21,7 @@ import reference_impl
 from reference_impl.backends.local import LocalBackend
 from reference_impl.backends.ray.dataplane import DataPlane, GroupSpec, free_address
 from reference_impl.backends.ray.loop import InstanceLoop
-from reference_impl.backends.ray.messages import Abort, AddRequest, Hold, Reform, Served, Stop, Unhold
+from reference_impl.backends.ray.messages import Abort, AddRequest, Hold, Migrate, Reform, Served, Stop, Unhold
 from reference_impl.backends.ray.peer_messages import PeerMessage
 from reference_impl.backends.ray.serve import InTurn, PartnerWork, serve
 from reference_impl.backends.ray.snapshot import BROKEN, Snapshot
@@ -71,6 +71,9 @@ class PeerRequests:
 
     def take_for_move(self, req_id: int, num_blocks: int, home: int, ids: list[int]) -> list[RBlock]:
         return self.loop.mover.take_for_move(req_id, num_blocks, home, ids)
+
+    def drop_incoming(self, req_id: int, blocks: list[RBlock]) -> None:
+        self.loop.mover.drop_incoming(req_id, blocks)
 
     def release_blocks(self, blocks: list[RBlock]) -> None:
         self.rm.release_blocks(blocks)
@@ -153,6 +156,10 @@ class InstanceActor:
     def abort(self, req_id: int) -> None:
         """Drop a request (it failed): its blocks and reservations are freed at the next control phase."""
         self.loop.post(Abort(req_id))
+
+    def migrate(self, msg: Migrate) -> None:
+        """Start a live migration of a request running here (migration.py) at the next control phase."""
+        self.loop.post(msg)
 
     def take_results(self):
         """(new tokens {req_id: (first index, tokens)}, finished [(req_id, placement, preemptions)], snapshot)."""

@@ -22,6 +22,7 @@ from reference_impl.backends.ray.actor import InstanceActor
 from reference_impl.backends.ray.cluster import RayConfig
 from reference_impl.backends.ray.dataplane import GroupSpec
 from reference_impl.backends.ray.gmanager import GManagerActor
+from reference_impl.backends.ray.messages import Migrate
 from reference_impl.backends.ray.snapshot import BROKEN, Snapshot
 from reference_impl.backends.ray.stats import LoopStats
 from reference_impl.control.engine import EngineConfig
@@ -106,6 +107,12 @@ class RayEngine:
         self.sent[inst_id].append(blocks)
         self.undelivered.append(self.actors[inst_id].add_request.remote(seq))
         return inst_id
+
+    def migrate(self, req_id: int, dst: int, *, last_stage_blocks: int = 1, max_stages: int = 3) -> None:
+        """Ask the home of running request `req_id` to migrate it live to instance `dst` (migration.py: pre-copy
+        stages while it decodes, the pause once at most `last_stage_blocks` are left, an abort past `max_stages`)."""
+        msg = Migrate(req_id, dst, last_stage_blocks, max_stages)
+        self.undelivered.append(self.actors[self.home_of[req_id]].migrate.remote(msg))
 
     def _free_blocks(self, inst_id: int) -> float:
         snap = self.snapshots.get(inst_id, Snapshot())

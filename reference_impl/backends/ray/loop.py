@@ -26,8 +26,8 @@ from reference_impl.backends.ray.exchange import Exchange, make_batch
 from reference_impl.backends.ray.gm_link import GManagerLink
 from reference_impl.backends.ray.holds import Holds, carry_out_swap, hold_here
 from reference_impl.backends.ray.mailbox import IDLE_WAIT_S, Mailbox
-from reference_impl.backends.ray.messages import (Abort, AddRequest, Adopt, Hold, Outbox, Reform, Report, Served,
-                                                  Stop, Unhold)
+from reference_impl.backends.ray.messages import (Abort, AddRequest, Adopt, Hold, Migrate, Outbox, Reform, Report,
+                                                  Served, Stop, Unhold)
 from reference_impl.backends.ray.owned import Owned
 from reference_impl.backends.ray.peers import RemoteRManager
 from reference_impl.backends.ray.rejoin import rejoin
@@ -84,7 +84,7 @@ class InstanceLoop(Owned):
 
     def receive(self, msg) -> None:
         match msg:
-            case AddRequest() | Abort() | Adopt() | MoveKVCache() | Swap():
+            case AddRequest() | Abort() | Adopt() | Migrate() | MoveKVCache() | Swap():
                 self.inbox.append(msg)
             case Served(compute_s, cpu_s):
                 self.stats.num_served += 1
@@ -113,6 +113,10 @@ class InstanceLoop(Owned):
                     pass
                 case Adopt() as adopt:
                     self.mover.adopt(adopt)
+                case Migrate(req_id, dst, last_stage_blocks, max_stages):
+                    seq = next((s for s in self.scheduler.running if s.req_id == req_id), None)
+                    if seq is None or not self.mover.migrate(seq, dst, last_stage_blocks, max_stages):
+                        self.stats.num_migrations_refused += 1
                 case Abort(req_id):
                     s = self.scheduler
                     s.remove_waiting(req_id)

@@ -138,3 +138,13 @@ class TakeForMove(PeerMessage):
 
     def apply(self, on) -> list[RBlock]:
         return on.take_for_move(self.req_id, self.num_blocks, self.home, self.ids)
+
+
+@dataclass(frozen=True, slots=True)
+class DropIncoming(PeerMessage):
+    """A migration to the receiver was aborted: the blocks its stages filled there are freed."""
+    req_id: int
+    blocks: list[RBlock]
+
+    def apply(self, on) -> None:
+        on.drop_incoming(self.req_id, self.blocks)

@@ -16,9 +16,10 @@ import time
 import ray
 from ray.exceptions import RayActorError
 
-from reference_impl.backends.ray.peer_messages import (AllocForSwap, AskMove, Borrow, CancelReservation, HasTable,
-                                                     NumMoving, PeerMessage, ReleaseBlocks, RoomForMove, SetBlock,
-                                                     Table, TakeForMove, TakeReserved, TryMoveKVCache)
+from reference_impl.backends.ray.peer_messages import (AllocForSwap, AskMove, Borrow, CancelReservation,
+                                                     DropIncoming, HasTable, NumMoving, PeerMessage, ReleaseBlocks,
+                                                     RoomForMove, SetBlock, Table, TakeForMove, TakeReserved,
+                                                     TryMoveKVCache)
 from reference_impl.control.rblock import RBlock
 
 _DEAD = object()
@@ -128,6 +129,9 @@ class RemoteRManager:
 
     def take_for_move(self, req_id: int, num_blocks: int) -> list[RBlock]:
         return self.ask(TakeForMove(req_id, num_blocks, self.me.inst_id, self._new_ids(num_blocks)), default=[])
+
+    def drop_incoming(self, req_id: int, blocks: list[RBlock]) -> None:
+        self.send(DropIncoming(req_id, blocks))
 
     def _new_ids(self, num_blocks: int) -> list[int]:
         """Block ids from this (home) instance's counter, for blocks the peer allocates."""

@@ -13,6 +13,7 @@ tokens from then on (all of them the first time), which is how the driver learns
 the old home is forwarded there.
 """
 from reference_impl.backends.ray.messages import Adopt
+from reference_impl.backends.ray.migration import Migrations
 from reference_impl.backends.ray.owned import Owned
 from reference_impl.control.request_move import source_refusal
 from reference_impl.control.rblock import RBlock
@@ -30,6 +31,11 @@ class Mover(Owned):
         self.aborted: set[int] = set()  # ... of them, aborted before they landed
         self.moved_to: dict[int, int] = {}  # requests moved out -> their new home
         self.unreported: set[int] = set()  # requests adopted here whose tokens this loop has not reported yet
+        self.migrations = Migrations(self)
+
+    def claim(self) -> None:
+        super().claim()
+        self.migrations.claim()
 
     # --- RequestMoves, for the rule
     @property
@@ -42,18 +48,37 @@ class Mover(Owned):
         return [r for r in rooms if r is not None]  # (a dead peer has none)
 
     def move(self, seq: Sequence, dst: int) -> bool:
+        return self.finish(seq, dst, [])
+
+    def migrate(self, seq: Sequence, dst: int, last_stage_blocks: int, max_stages: int) -> bool:
+        """Start a live migration of `seq` to `dst` (migration.py): pre-copy stages while it decodes here, then the
+        pause and the move. False when it cannot leave now or migrates already."""
+        return self.migrations.start(seq, dst, last_stage_blocks, max_stages)
+
+    # --- the moves themselves
+    def take(self, seq: Sequence, dst: int, num_blocks: int) -> list[RBlock]:
+        """`num_blocks` blocks on `dst` for `seq` (none: refused there, counted)."""
+        blocks = self.loop.rm.peers[dst].take_for_move(seq.req_id, num_blocks)
+        if len(blocks) != num_blocks:
+            self.loop.stats.num_moves_declined += 1
+            return []
+        return blocks
+
+    def finish(self, seq: Sequence, dst: int, copied: list[RBlock]) -> bool:
+        """Move `seq` whole to `dst`, whose blocks `copied` hold a copy of its first rBlocks already (a migration's
+        pre-copy stages): the rest copied in this step, `seq` out of this batch and adopted there once it landed."""
         loop = self.loop
         rm, req_id = loop.rm, seq.req_id
         if dst == loop.inst_id or dst not in rm.peers or source_refusal(loop.instance, seq) is not None:
             return False
         table = rm.tables[req_id]
-        blocks = rm.peers[dst].take_for_move(req_id, len(table))
-        if len(blocks) != len(table):
-            loop.stats.num_moves_declined += 1
+        rest = self.take(seq, dst, len(table) - len(copied))
+        if not rest and len(copied) < len(table):
             return False
-        loop.exchange.copy_blocks(list(zip(table, blocks)))
-        loop.exchange.adoptions.setdefault(dst, []).append(Adopt(seq, blocks))
-        loop.scheduler.remove_running(seq)
+        loop.exchange.copy_blocks(list(zip(table[len(copied):], rest)))
+        loop.exchange.adoptions.setdefault(dst, []).append(Adopt(seq, copied + rest))
+        if seq in loop.scheduler.running:
+            loop.scheduler.remove_running(seq)
         rm.free_request(req_id)
         self.moved_to[req_id] = dst
         if len(self.moved_to) > MAX_FORWARDS:
@@ -63,8 +88,10 @@ class Mover(Owned):
 
     # --- the loop's
     def after_step(self) -> None:
+        """The design's rule, then a stage of every migration out of here."""
         if self.rule is not None:
             self.rule.after_step(self)
+        self.migrations.advance()
 
     def forward_abort(self, req_id: int) -> bool:
         """An abort of a request moved away goes to its new home; False when it did not move from here."""
@@ -88,7 +115,7 @@ class Mover(Owned):
     def take_for_move(self, req_id: int, num_blocks: int, home: int, ids: list[int]) -> list[RBlock]:
         loop, rm = self.loop, self.loop.rm
         s = loop.scheduler
-        if len(s.running) + len(self.incoming) >= s.max_batch_size \
+        if len(s.running) + len(self.incoming - {req_id}) >= s.max_batch_size \
                 or num_blocks > rm.num_free + rm.num_reserved_for(req_id):
             return []
         rm.note_home(req_id, home)
@@ -97,6 +124,12 @@ class Mover(Owned):
         if blocks:
             self.incoming.add(req_id)
         return blocks
+
+    def drop_incoming(self, req_id: int, blocks: list[RBlock]) -> None:
+        """A migration here was aborted: the blocks its stages filled are free again."""
+        self.incoming.discard(req_id)
+        if blocks:
+            self.loop.rm.release_blocks(blocks)
 
     def adopt(self, msg: Adopt) -> None:
         loop, req_id = self.loop, msg.seq.req_id
