@@ -11,6 +11,7 @@ After it, the request has one home, the destination, with as many rBlocks as bef
 from typing import Protocol
 
 from reference_impl.control.instance import Instance
+from reference_impl.control.protocol import InstanceStatus
 from reference_impl.control.rblock import RBlock
 from reference_impl.control.rmanager import CopyBlocks
 from reference_impl.control.sequence import Sequence, Status
@@ -88,7 +89,22 @@ class RequestMoves(Protocol):
     def rooms(self, inst_ids: list[int]) -> list[tuple[int, int, int]]:
         """(inst_id, free rBlocks, requests running there or on their way there) of each instance, asked now."""
 
+    def statuses(self, inst_ids: list[int]) -> list[InstanceStatus]:
+        """Each instance's status (its load), asked now."""
+
+    def due(self, period_s: float) -> bool:
+        """True at most once every `period_s` seconds on this instance (a rule's rounds)."""
+
+    @property
+    def migrating(self) -> set[int]:
+        """The requests migrating out of this instance now."""
+
     def move(self, seq: Sequence, dst: int) -> bool:
         """Move running request `seq` whole to instance `dst`: its Sequence and KV leave this instance with this
         step and `dst` adopts them once its KV landed. False (nothing changed) when `refusal` names a reason here
         or `dst` has no room for it."""
+
+    def migrate(self, seq: Sequence, dst: int, last_stage_blocks: int, max_stages: int) -> bool:
+        """Start a live migration of `seq` to `dst`: pre-copy stages while it decodes here, one a step, then the pause
+        and the move once at most `last_stage_blocks` are left; aborted past `max_stages` stages, or when the request
+        ends or `dst` refuses. False when it cannot start."""

@@ -54,3 +54,29 @@ def test_migrated_mid_decode_as_one_instance():
         assert all(use == IDLE for use in engine.usage().values())  # the aborted stage's blocks freed on 0
     finally:
         engine.shutdown()
+
+
+def test_llumnix_pairs_and_migrates_on_its_own():
+    """The design's run (systems/llumnix/on_engine.py, its rule given to every actor): every request on instance 0,
+    which is a source by its freeness (threshold 0 here) while instance 1 is idle; it migrates requests out to 1
+    by itself, and the tokens are one instance's."""
+    from reference_impl.systems.catalog import design
+    from reference_impl.systems.llumnix.knobs import LlumnixKnobs
+
+    knobs = LlumnixKnobs(migrate_out_freeness_tok=0.0, last_stage_max_tokens=4, max_stages=20)
+    run = design("llumnix").engine_run(EngineConfig(2, 16, block_size=4, seed=3), knobs)
+    engine = RayEngine(run.config, MODEL, RayConfig(), moves=run.moves)
+    prompts = [[(5 * i + 7 * j) % 400 + 1 for j in range(13)] for i in range(4)]  # 4 rBlocks each: 0 is full
+    try:
+        seqs = [Sequence(i, p, 12) for i, p in enumerate(prompts)]
+        for seq in seqs:
+            engine.add_request(seq, 0)
+        engine.run()
+        want = local_generate(MODEL, prompts, 12, EngineConfig(1, 64, block_size=4), ignore_eos=True)
+        assert [s.output_ids for s in seqs] == want.token_ids
+        stats = loop_stats(engine)
+        assert stats[0].num_migrations_completed >= 1 and stats[1].num_adopted == stats[0].num_migrations_completed
+        assert any(set(s.placement) == {1} for s in seqs)
+        assert all(use == IDLE for use in engine.usage().values())
+    finally:
+        engine.shutdown()

@@ -66,6 +66,9 @@ class PeerRequests:
     def cancel_reservation(self, req_id: int, num_blocks: int | None) -> None:
         self.rm.cancel_reservation(req_id, num_blocks)
 
+    def status(self):
+        return self.loop.instance.status()
+
     def room_for_move(self) -> tuple[int, int, int]:
         return self.loop.mover.room()
 

@@ -148,3 +148,11 @@ class DropIncoming(PeerMessage):
 
     def apply(self, on) -> None:
         on.drop_incoming(self.req_id, self.blocks)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusOf(PeerMessage):
+    """The receiver's InstanceStatus (its load), for a design's rule."""
+
+    def apply(self, on):
+        return on.status()

@@ -18,8 +18,8 @@ from ray.exceptions import RayActorError
 
 from reference_impl.backends.ray.peer_messages import (AllocForSwap, AskMove, Borrow, CancelReservation,
                                                      DropIncoming, HasTable, NumMoving, PeerMessage, ReleaseBlocks,
-                                                     RoomForMove, SetBlock, Table, TakeForMove, TakeReserved,
-                                                     TryMoveKVCache)
+                                                     RoomForMove, SetBlock, StatusOf, Table, TakeForMove,
+                                                     TakeReserved, TryMoveKVCache)
 from reference_impl.control.rblock import RBlock
 
 _DEAD = object()
@@ -129,6 +129,9 @@ class RemoteRManager:
 
     def take_for_move(self, req_id: int, num_blocks: int) -> list[RBlock]:
         return self.ask(TakeForMove(req_id, num_blocks, self.me.inst_id, self._new_ids(num_blocks)), default=[])
+
+    def status(self):
+        return self.ask(StatusOf(), default=None)
 
     def drop_incoming(self, req_id: int, blocks: list[RBlock]) -> None:
         self.send(DropIncoming(req_id, blocks))

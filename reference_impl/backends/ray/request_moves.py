@@ -12,10 +12,13 @@ loop adopts the request at its next control phase (`RManager.adopt_moved`, `Sche
 tokens from then on (all of them the first time), which is how the driver learns the new home. An abort that reaches
 the old home is forwarded there.
 """
+import time
+
 from reference_impl.backends.ray.messages import Adopt
 from reference_impl.backends.ray.migration import Migrations
 from reference_impl.backends.ray.owned import Owned
 from reference_impl.control.request_move import source_refusal
+from reference_impl.control.protocol import InstanceStatus
 from reference_impl.control.rblock import RBlock
 from reference_impl.control.sequence import Sequence, Status
 
@@ -32,6 +35,7 @@ class Mover(Owned):
         self.moved_to: dict[int, int] = {}  # requests moved out -> their new home
         self.unreported: set[int] = set()  # requests adopted here whose tokens this loop has not reported yet
         self.migrations = Migrations(self)
+        self.next_round_s = 0.0  # when `due` next says yes
 
     def claim(self) -> None:
         super().claim()
@@ -46,6 +50,22 @@ class Mover(Owned):
         peers = self.loop.rm.peers
         rooms = [peers[i].room_for_move() for i in inst_ids if i in peers and i != self.loop.inst_id]
         return [r for r in rooms if r is not None]  # (a dead peer has none)
+
+    def statuses(self, inst_ids) -> list[InstanceStatus]:
+        peers, me = self.loop.rm.peers, self.loop.inst_id
+        statuses = [self.loop.instance.status() if i == me else peers[i].status() for i in inst_ids if i in peers]
+        return [s for s in statuses if s is not None]  # (a dead peer has none)
+
+    def due(self, period_s: float) -> bool:
+        now = time.monotonic()
+        if now < self.next_round_s:
+            return False
+        self.next_round_s = now + period_s
+        return True
+
+    @property
+    def migrating(self) -> set[int]:
+        return set(self.migrations.active)
 
     def move(self, seq: Sequence, dst: int) -> bool:
         return self.finish(seq, dst, [])
