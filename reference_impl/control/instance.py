@@ -56,7 +56,8 @@ class Instance:
     def status(self) -> InstanceStatus:
         s = self.scheduler
         return InstanceStatus(self.inst_id, self.rm.pool.num_capacity, self.rm.num_free, self.rm.num_lendable,
-                              len(s.running), len(s.waiting), s.mean_waiting_blocks())
+                              len(s.running), len(s.waiting), s.mean_waiting_blocks(),
+                              bool(s.waiting) and s.waiting[0].num_preemptions > 0)
 
     def step(self, backend: Backend) -> list[Sequence]:
         """Move one chunk of pending KV, then one engine step; returns the requests that finished."""

@@ -29,6 +29,7 @@ class InstanceStatus:
     batch_size: int  # running requests homed here
     num_waiting: int = 0
     mean_waiting_blocks: float = 0.0  # blocks a waiting request needs at admission
+    preempted_waiting: bool = False  # a request it preempted waits at the front of its queue (Llumnix reads it)
 
 
 @dataclass(frozen=True, slots=True)

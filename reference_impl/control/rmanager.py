@@ -220,6 +220,28 @@ class RManager(Borrowing, KVMoves):
         space (one message from a home in another process instead of two)."""
         return self.take_reserved(req_id, num_blocks) if self.try_move_kvcache(req_id, num_blocks) else []
 
+    def take_for_move(self, req_id: int, num_blocks: int) -> list[RBlock]:
+        """`num_blocks` blocks here for a remote request that moves here whole (its home copies its KV into them,
+        then this instance adopts it: `adopt_moved`), out of its reservation here and the free room; none when
+        short (a peer in another process asks: the home's rManager noted first, `note_home`)."""
+        if num_blocks <= 0 or req_id in self.tables or num_blocks > self.num_free + self.num_reserved_for(req_id):
+            return []
+        self.cancel_reservation(req_id)
+        return self._alloc_run(req_id, num_blocks)
+
+    def adopt_moved(self, req_id: int, blocks: list[RBlock]) -> None:
+        """Request `req_id` moved here whole: `blocks`, every block hosted here for it (filled by its old home,
+        which freed its own), become its table in token order, and this instance its home."""
+        assert all(b.inst_id == self.inst_id for b in blocks) and self.hosted.get(req_id, 0) == len(blocks), \
+            f"request {req_id}'s rBlocks are not all here"
+        self._remote_homes.pop(req_id, None)
+        self.cancel_reservation(req_id)
+        self.tables[req_id] = list(blocks)
+        self.changes.homes[req_id] = self.inst_id
+        self.holders_by_req[req_id] = {}
+        self._count(req_id, self.inst_id, len(blocks))
+        self._touch(req_id)
+
     def num_reserved_for(self, req_id: int) -> int:
         return self.reserved.get(req_id, 0)
 

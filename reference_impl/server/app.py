@@ -36,7 +36,7 @@ class Server:
         from reference_impl.server.drivers import LocalDriver, RayDriver
 
         if self.config.backend == "ray":
-            return RayDriver(self.config.engine_config(), self.served.model, self.config.ray_config())
+            return RayDriver(self.config.engine_run(), self.served.model, self.config.ray_config())
         return LocalDriver(self.config.engine_config(), self.served.model)
 
     def check_model(self, name: str | None) -> None:

@@ -3,6 +3,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reference_impl.control.engine_config import EngineConfig
+from reference_impl.control.engine_run import EngineRun
 from reference_impl.errors import InputError
 
 
@@ -21,6 +22,7 @@ class ServerConfig:
     max_batch_size: int = 64
     pooling: bool = True
     chunked_prefill_tokens: int | None = None  # each step decodes and prefills prompt chunks in this budget
+    system: str | None = None  # a serving design (systems/catalog.py) in place of `pooling`; None: by `pooling`
     max_queue: int = 256  # requests waiting for their first token before new ones get 503
     default_max_tokens: int = 16  # when a request gives none (the OpenAI completions default)
     seed: int = 0
@@ -40,9 +42,26 @@ class ServerConfig:
         return RayConfig(address=self.ray_address, num_cpus=self.ray_cpus)
 
     def engine_config(self) -> EngineConfig:
-        return EngineConfig(num_instances=self.num_instances, blocks_per_instance=self.blocks_per_instance,
-                            block_size=self.block_size, max_batch_size=self.max_batch_size, pooling=self.pooling,
-                            chunked_prefill_tokens=self.chunked_prefill_tokens, seed=self.seed)
+        return self.engine_run().config
+
+    def engine_run(self) -> EngineRun:
+        """The engine this server runs: `system`'s run on `backend` (its config, placement, the instances requests
+        go to, its move rule), or the pooled engine (`pooling` off: vLLM-M's) when no system is named."""
+        if self.system is None:
+            return EngineRun(EngineConfig(num_instances=self.num_instances, blocks_per_instance=self.blocks_per_instance,
+                                          block_size=self.block_size, max_batch_size=self.max_batch_size,
+                                          pooling=self.pooling, chunked_prefill_tokens=self.chunked_prefill_tokens,
+                                          seed=self.seed))
+        from reference_impl.systems.catalog import design
+
+        if self.chunked_prefill_tokens is not None:
+            raise InputError("--chunked-prefill-tokens is the pooled engine's: not with --system")
+        run = design(self.system).real_run(self.backend, self.num_instances, self.blocks_per_instance,
+                                           self.block_size, max_batch_size=self.max_batch_size, seed=self.seed)
+        if self.backend == "local" and run != EngineRun(run.config):
+            raise InputError(f"--system {self.system} is served with --backend ray: the local server runs no "
+                             "design's placement, dispatch or moves")
+        return run
 
 
 @dataclass(frozen=True)

@@ -111,10 +111,12 @@ class RayDriver(_Driver):
     """The Ray engine (backends/ray/): the instances step by themselves; the driver dispatches and collects."""
     gmanager_rounds_counted = False  # the gManager actor runs its rounds on its own timer
 
-    def __init__(self, config, model, ray_config):
+    def __init__(self, run, model, ray_config):
+        """run: control/engine_run.py's EngineRun (a design's config, placement, homes and move rule)."""
         from reference_impl.backends.ray import RayEngine, init_ray
         self.started = init_ray(ray_config)
-        self.engine = RayEngine(config, model, ray_config)
+        self.engine = RayEngine(run.config, model, ray_config, placement=run.placement, homes=run.homes,
+                                moves=run.moves)
 
     def abort(self, req_id: int) -> None:
         engine = self.engine

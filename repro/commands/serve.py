@@ -1,5 +1,6 @@
 import click
 
+from reference_impl.systems.catalog import DESIGN_NAMES
 from repro.options import seed_option
 
 MAX_INSTANCES = 256  # as `repro generate`: more is a cluster's job
@@ -22,6 +23,9 @@ MAX_INSTANCES = 256  # as `repro generate`: more is a cluster's job
 @click.option("--chunked-prefill-tokens", type=click.IntRange(min=1), default=None,
               help="Chunked prefill: each step decodes every running request and prefills prompt chunks in the tokens "
                    "left of this budget (at least --block-size); default: whole prompts in steps of their own.")
+@click.option("--system", type=click.Choice(DESIGN_NAMES), default=None,
+              help="A serving design in place of the pooled engine (the backends each runs: docs/designs.md); "
+                   "pd-disaggregation and lamina with --backend ray.")
 @click.option("--max-queue", default=256, show_default=True, type=click.IntRange(min=1),
               help="Requests waiting for their first token past which new ones get 503 with Retry-After.")
 @click.option("--default-max-tokens", default=16, show_default=True, type=click.IntRange(min=1),
@@ -35,8 +39,8 @@ MAX_INSTANCES = 256  # as `repro generate`: more is a cluster's job
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @seed_option
 def serve(model_spec, served_model_name, host, port, instances, blocks_per_instance, block_size, max_batch_size,
-          no_pooling, chunked_prefill_tokens, max_queue, default_max_tokens, backend, address, ray_cpus, log_level,
-          seed):
+          no_pooling, chunked_prefill_tokens, system, max_queue, default_max_tokens, backend, address, ray_cpus,
+          log_level, seed):
     """An OpenAI-compatible server over the engine (completions, chat, streaming, metrics).
 
     Local backend: --instances in this process, KV pooled; --backend ray: each a Ray actor. Endpoints
@@ -46,10 +50,12 @@ def serve(model_spec, served_model_name, host, port, instances, blocks_per_insta
     from reference_impl.server.config import ServerConfig, load_served
     from reference_impl.server.run import serve_forever
 
+    if system is not None and no_pooling:
+        raise click.UsageError("--no-pooling is the pooled engine's; with --system the design decides (vllm-m: off)")
     config = ServerConfig(model=model_spec, served_model_name=served_model_name, host=host, port=port,
                           num_instances=instances, blocks_per_instance=blocks_per_instance, block_size=block_size,
                           max_batch_size=max_batch_size, pooling=not no_pooling,
-                          chunked_prefill_tokens=chunked_prefill_tokens, max_queue=max_queue,
+                          chunked_prefill_tokens=chunked_prefill_tokens, system=system, max_queue=max_queue,
                           default_max_tokens=default_max_tokens, backend=backend, ray_address=address,
                           ray_cpus=ray_cpus, seed=seed)
     served = load_served(config)  # a bad --model fails here, in one line, before the port is taken
@@ -57,6 +63,7 @@ def serve(model_spec, served_model_name, host, port, instances, blocks_per_insta
         check_kv_fits_memory(served.model.config, instances, blocks_per_instance, block_size,
                              served.model.dtype.itemsize)
     where = f"folder {served.root}" if served.root else "no tokenizer"
-    click.echo(f"serving {served.name} ({where}) on http://{host}:{port}/v1 with {instances} {backend} instances, "
+    click.echo(f"serving {served.name} ({where}) on http://{host}:{port}/v1 with {instances} {backend} instances"
+               f"{'' if system is None else ' of ' + system}, "
                f"max_model_len {served.max_model_len}", err=True)
     serve_forever(config, log_level=log_level, served=served)

@@ -55,14 +55,15 @@ class RayPoint:
         self.shape = (num_instances, blocks, block_size, max_batch_size)
 
     def __call__(self, task) -> dict:
-        from reference_impl.backends.ray.serving import engine_config, instance_stats
+        from reference_impl.backends.ray.serving import engine_run, instance_stats
         from reference_impl.systems.catalog import design
 
         num_instances, blocks, block_size, max_batch = self.shape
-        config = engine_config(design(task.system), num_instances, blocks, block_size, max_batch_size=max_batch,
-                               seed=task.seed)
+        chosen = engine_run(design(task.system), num_instances, blocks, block_size, max_batch_size=max_batch,
+                            seed=task.seed)
         t0 = time.perf_counter()
-        run, stats = self.server.serve(list(task.requests), config, seed=task.seed)
+        run, stats = self.server.serve(list(task.requests), chosen.config, seed=task.seed,
+                                       placement=chosen.placement, homes=chosen.homes, moves=chosen.moves)
         point = ServingPoint.of_result(task.system, task.rate_per_s, run, wall_s=time.perf_counter() - t0,
                                        seed=task.seed).to_dict()
         return {**point, "loadavg_1m": load_1m(), "engine": instance_stats(stats)}

@@ -206,14 +206,17 @@ def test_ray_systems_are_the_simulators_policies_over_the_same_rblocks():
     from reference_impl.systems.catalog import DESIGNS, design
 
     configs = {system: engine_config(design(system), 3, 10, 8, seed=1) for system in DESIGNS
-               if design(system).real_engine}
+               if "ray" in design(system).real_backends}
+    assert set(configs) == {"infinite-llm", "vllm-m", "vllm-s", "pd-disaggregation", "lamina", "llumnix"}
     for c in configs.values():  # every system holds the cluster's 30 rBlocks
         assert c.num_instances * c.blocks_per_instance == 30 and c.block_size == 8 and c.seed == 1
     assert (configs["infinite-llm"].num_instances, configs["infinite-llm"].pooling) == (3, True)
     assert (configs["vllm-m"].num_instances, configs["vllm-m"].pooling) == (3, False)
     assert (configs["vllm-s"].num_instances, configs["vllm-s"].pooling) == (1, False)
-    with pytest.raises(InputError, match="simulator only"):
-        engine_config(design("llumnix"), 3, 10, 8)
+    for system in ("pd-disaggregation", "llumnix"):
+        assert (configs[system].num_instances, configs[system].pooling) == (3, False)
+    with pytest.raises(InputError, match="the simulator and the local backend only, not on ray"):
+        engine_config(design("loongserve"), 3, 10, 8)
 
 
 def test_dgfm_swap_while_the_loops_run_keeps_the_tokens():

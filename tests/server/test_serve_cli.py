@@ -7,6 +7,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 
 def _free_port():
@@ -43,3 +44,11 @@ def test_serve_starts_with_model_and_port_only(tmp_path):
 def test_serve_bad_model_is_one_line(repro_cli, tmp_path):
     code, out, err = repro_cli(["serve", "--model", str(tmp_path / "nope"), "--port", "1"])
     assert code == 2 and "no such folder" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, says", [(["--system", "llumnix", "--backend", "ray"], "not on ray"),
+                                        (["--system", "pd-disaggregation"], "served with --backend ray"),
+                                        (["--system", "vllm-m", "--no-pooling"], "--no-pooling")])
+def test_serve_a_system_where_it_does_not_run_is_one_line(repro_cli, args, says):
+    code, out, err = repro_cli(["serve", "--model", "tiny", "--port", "1", *args])
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err

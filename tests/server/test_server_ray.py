@@ -46,3 +46,21 @@ def test_ray_backend_serves_and_aborts(start_server, tiny_model):
         for _ in range(12):
             assert client.post("/v1/completions", json=SHORT).json()["choices"][0]["finish_reason"] == "length"
     assert server.server.loop.call(_kept_ids).result(10) == dict.fromkeys(("mirror", "home_of", "done", "failed"), 0)
+
+
+def test_ray_backend_serves_prefill_decode_disaggregation(start_server, tiny_model):
+    """`repro serve --backend ray --system pd-disaggregation`: a request prefilled on instance 0, moved whole to
+    instance 1 and decoded there gets generate()'s tokens; nothing is held after."""
+    server = start_server(backend="ray", system="pd-disaggregation", num_instances=2, blocks_per_instance=8,
+                          block_size=16)
+    body = LONG | {"prompt": LONG["prompt"][:40], "max_tokens": 20}
+    r = httpx.post(server.base_url + "/v1/completions", json=body, timeout=300).json()
+    expected = generate(tiny_model, [body["prompt"]], 20, EngineConfig(block_size=16), ignore_eos=True)
+    assert r["choices"][0]["token_ids"] == expected.token_ids[0]
+    from reference_impl.backends.ray.serving import loop_stats
+
+    moved = server.server.loop.call(lambda driver: {i: (s.num_requests_moved, s.num_adopted)
+                                                    for i, s in loop_stats(driver.engine).items()}).result(10)
+    assert moved == {0: (1, 0), 1: (0, 1)}
+    stats = server.server.loop.stats()
+    assert (stats.num_live, stats.rblocks_used, stats.num_tables) == (0, 0, 0)

@@ -21,7 +21,7 @@ import reference_impl
 from reference_impl.backends.local import LocalBackend
 from reference_impl.backends.ray.dataplane import DataPlane, GroupSpec, free_address
 from reference_impl.backends.ray.loop import InstanceLoop
-from reference_impl.backends.ray.messages import Abort, AddRequest, Hold, Reform, Served, Stop, Unhold
+from reference_impl.backends.ray.messages import Abort, AddRequest, Hold, Migrate, Reform, Served, Stop, Unhold
 from reference_impl.backends.ray.peer_messages import PeerMessage
 from reference_impl.backends.ray.serve import InTurn, PartnerWork, serve
 from reference_impl.backends.ray.snapshot import BROKEN, Snapshot
@@ -39,7 +39,7 @@ class PeerRequests:
     """What a peer (always the home of `req_id`) may ask of this rManager; runs on the loop thread."""
 
     def __init__(self, loop: InstanceLoop):
-        self.rm = loop.rm
+        self.loop, self.rm = loop, loop.rm
 
     def try_move_kvcache(self, req_id: int, num_blocks: int, home: int) -> bool:
         self.rm.note_home(req_id, home)
@@ -65,6 +65,18 @@ class PeerRequests:
 
     def cancel_reservation(self, req_id: int, num_blocks: int | None) -> None:
         self.rm.cancel_reservation(req_id, num_blocks)
+
+    def status(self):
+        return self.loop.instance.status()
+
+    def room_for_move(self) -> tuple[int, int, int]:
+        return self.loop.mover.room()
+
+    def take_for_move(self, req_id: int, num_blocks: int, home: int, ids: list[int]) -> list[RBlock]:
+        return self.loop.mover.take_for_move(req_id, num_blocks, home, ids)
+
+    def drop_incoming(self, req_id: int, blocks: list[RBlock]) -> None:
+        self.loop.mover.drop_incoming(req_id, blocks)
 
     def release_blocks(self, blocks: list[RBlock]) -> None:
         self.rm.release_blocks(blocks)
@@ -92,7 +104,7 @@ class PeerRequests:
 @ray.remote(max_concurrency=MAX_CONCURRENCY)
 class InstanceActor:
     def __init__(self, inst_id: int, model, config: EngineConfig, device: str = "cpu",
-                 heartbeat_interval_s: float = 0.0, placement: Placement = Placement()):
+                 heartbeat_interval_s: float = 0.0, placement: Placement = Placement(), moves=None):
         torch.set_num_threads(int(os.environ.get("REPRO_RAY_TORCH_THREADS", "1")))
         # a debtor's step waits on the thread serving it here: let it take the GIL from the loop sooner than
         # Python's default 5 ms
@@ -103,6 +115,7 @@ class InstanceActor:
         self.inst_id = inst_id
         self.heartbeat_interval_s = heartbeat_interval_s
         self.placement = placement  # a design's placement rules (control/placement.py), given to the instance
+        self.moves = moves  # a design's rule for moving requests whole (control/request_move.py RequestMoves)
         self.config = config
         self.model = model
         self.device = torch.device(device)
@@ -122,7 +135,7 @@ class InstanceActor:
     def start(self, handles: dict, gmanager, spec: GroupSpec) -> None:
         """Join the data plane and start the loop; every member is started at once (the group forms)."""
         self.loop = InstanceLoop(self.inst_id, self.config, self.model, self.caches, self.device, gmanager, handles,
-                                 self.heartbeat_interval_s, self.placement)
+                                 self.heartbeat_interval_s, self.placement, self.moves)
         self.requests = PeerRequests(self.loop)
         plane = self.make_plane(spec)
         self.thread = threading.Thread(target=self.loop.run, args=(plane,), daemon=True)
@@ -146,6 +159,10 @@ class InstanceActor:
     def abort(self, req_id: int) -> None:
         """Drop a request (it failed): its blocks and reservations are freed at the next control phase."""
         self.loop.post(Abort(req_id))
+
+    def migrate(self, msg: Migrate) -> None:
+        """Start a live migration of a request running here (migration.py) at the next control phase."""
+        self.loop.post(msg)
 
     def take_results(self):
         """(new tokens {req_id: (first index, tokens)}, finished [(req_id, placement, preemptions)], snapshot)."""

@@ -22,6 +22,7 @@ from reference_impl.backends.ray.actor import InstanceActor
 from reference_impl.backends.ray.cluster import RayConfig
 from reference_impl.backends.ray.dataplane import GroupSpec
 from reference_impl.backends.ray.gmanager import GManagerActor
+from reference_impl.backends.ray.messages import Migrate
 from reference_impl.backends.ray.snapshot import BROKEN, Snapshot
 from reference_impl.backends.ray.stats import LoopStats
 from reference_impl.control.engine import EngineConfig
@@ -41,10 +42,12 @@ class RayEngine:
 
     def __init__(self, config: EngineConfig, model: LlamaModel, ray_config: RayConfig = RayConfig(), *,
                  gmanager_config: GManagerConfig | None = None, perf_model=None, placement: Placement = Placement(),
-                 homes: tuple[int, ...] | None = None):
+                 homes: tuple[int, ...] | None = None, moves=None):
         """gmanager_config: the gManager's knobs in place of `config.gmanager`; perf_model: the cost model its
         Algorithm 1 reads; placement: a design's placement rules, given to every instance as it is built; homes:
-        the instances `add_request` dispatches to (None: all; Lamina's: its compute instances)."""
+        the instances `add_request` dispatches to (None: all; Lamina's: its compute instances; prefill/decode
+        disaggregation's: its prefill instances); moves: a design's rule for moving running requests whole between
+        instances, given to every instance as it is built (control/request_move.py RequestMoves; None: none)."""
         self.config = config
         self.ray_config = rc = ray_config
         self.mirror: dict[int, Sequence] = {}  # req_id -> the caller's Sequence, tokens mirrored as they come
@@ -73,7 +76,7 @@ class RayEngine:
         self.actors = {i: InstanceActor.options(
             num_cpus=rc.cpus_per_instance, num_gpus=rc.gpus_per_instance,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
-        ).remote(i, model_ref, config, device, rc.gmanager_interval_s / 2, placement)
+        ).remote(i, model_ref, config, device, rc.gmanager_interval_s / 2, placement, moves)
             for i in range(config.num_instances)}
         gm_config = config if gmanager_config is None else replace(config, gmanager=gmanager_config)
         interval_s = rc.gmanager_interval_s if config.pooling and config.gmanager_interval_steps else 0.0
@@ -104,6 +107,12 @@ class RayEngine:
         self.sent[inst_id].append(blocks)
         self.undelivered.append(self.actors[inst_id].add_request.remote(seq))
         return inst_id
+
+    def migrate(self, req_id: int, dst: int, *, last_stage_blocks: int = 1, max_stages: int = 3) -> None:
+        """Ask the home of running request `req_id` to migrate it live to instance `dst` (migration.py: pre-copy
+        stages while it decodes, the pause once at most `last_stage_blocks` are left, an abort past `max_stages`)."""
+        msg = Migrate(req_id, dst, last_stage_blocks, max_stages)
+        self.undelivered.append(self.actors[self.home_of[req_id]].migrate.remote(msg))
 
     def _free_blocks(self, inst_id: int) -> float:
         snap = self.snapshots.get(inst_id, Snapshot())
@@ -182,7 +191,11 @@ class RayEngine:
                 seq = self.mirror.get(req_id)
                 if seq is None:  # released (aborted) while its instance still served it
                     continue
-                seq.output_ids[first:] = new
+                # a request moved whole reports from its new home, from its first token on (request_moves.py):
+                # the old home's last report may come in after it, and changes nothing then
+                if first + len(new) >= len(seq.output_ids):
+                    self.home_of[req_id] = inst_id
+                seq.output_ids[first:first + len(new)] = new
             for req_id, placement, num_preemptions in done:
                 seq = self.mirror.get(req_id)
                 if seq is None:

@@ -42,12 +42,13 @@ class Exchange(Owned):
         self.pairs: list[Pair] = []  # KV block pairs of this step
         self.serving: list = []  # the partners' calls of the previous steps not yet seen returned
         self.num_works: dict[tuple[int, str], int] = {}  # (partner, group) -> works sent to it so far
+        self.adoptions: dict[int, list] = {}  # partner -> requests moving there whole with this step (Adopt)
         self.runner = ModelRunner(loop.model, loop.device, loop.config.seed + loop.inst_id)
         self.tables = TableCache()  # this home's requests' tables as arrays (plan_step)
 
     def begin(self) -> None:
         """A new step: no KV block pairs yet, no peer's block read by a move."""
-        self.pairs = []
+        self.pairs, self.adoptions = [], {}
         for i, peer in self.loop.rm.peers.items():
             if i != self.loop.inst_id:
                 peer.moving_sources.clear()
@@ -66,6 +67,7 @@ class Exchange(Owned):
         asks = plan.asks if plan else {}
         partners = set(asks) | {p[0] for p in self.pairs} | {p[3] for p in self.pairs}
         partners |= {i for i, p in loop.rm.peers.items() if i != loop.inst_id and p.deferred_releases}
+        partners |= set(self.adoptions)
         for i in sorted(partners - {loop.inst_id}):
             peer = loop.rm.peers.get(i)
             if peer is None:
@@ -73,7 +75,8 @@ class Exchange(Owned):
             pairs = [p for p in self.pairs if i in (p[0], p[3])]
             key = (i, loop.plane.spec.address)
             number = self.num_works[key] = self.num_works.get(key, -1) + 1
-            works[i] = PartnerWork(loop.inst_id, key[1], asks.get(i), pairs, peer.deferred_releases, number)
+            works[i] = PartnerWork(loop.inst_id, key[1], asks.get(i), pairs, peer.deferred_releases, number,
+                                   self.adoptions.get(i, []))
             peer.deferred_releases = []
         return works
 

@@ -26,11 +26,12 @@ from reference_impl.backends.ray.exchange import Exchange, make_batch
 from reference_impl.backends.ray.gm_link import GManagerLink
 from reference_impl.backends.ray.holds import Holds, carry_out_swap, hold_here
 from reference_impl.backends.ray.mailbox import IDLE_WAIT_S, Mailbox
-from reference_impl.backends.ray.messages import (Abort, AddRequest, Hold, Outbox, Reform, Report, Served, Stop,
-                                                  Unhold)
+from reference_impl.backends.ray.messages import (Abort, AddRequest, Adopt, Hold, Migrate, Outbox, Reform, Report,
+                                                  Served, Stop, Unhold)
 from reference_impl.backends.ray.owned import Owned
 from reference_impl.backends.ray.peers import RemoteRManager
 from reference_impl.backends.ray.rejoin import rejoin
+from reference_impl.backends.ray.request_moves import Mover
 from reference_impl.backends.ray.snapshot import BROKEN, HELD, REFORMING, RUNNING, STOPPED, Snapshot
 from reference_impl.backends.ray.stats import LoopStats
 from reference_impl.control.instance import Instance
@@ -41,10 +42,11 @@ from reference_impl.control.sequence import Status
 
 class InstanceLoop(Owned):
     def __init__(self, inst_id: int, config, model, caches: dict, device, gmanager, handles: dict,
-                 heartbeat_interval_s: float = 0.0, placement: Placement = Placement()):
+                 heartbeat_interval_s: float = 0.0, placement: Placement = Placement(), moves=None):
         """caches: tier -> (k, v) of this instance; handles: inst_id -> actor handle of every instance;
         heartbeat_interval_s: the least time between two heartbeats (the gManager's rounds need no more);
-        placement: a design's placement rules for this instance (control/placement.py)."""
+        placement: a design's placement rules for this instance (control/placement.py); moves: a design's rule
+        for moving requests whole to other instances (control/request_move.py RequestMoves; None: none moves)."""
         self.inst_id, self.config, self.model, self.caches, self.device = inst_id, config, model, caches, device
         self.handles = dict(handles)
         self.mailbox, self.outbox = Mailbox(), Outbox()
@@ -58,6 +60,7 @@ class InstanceLoop(Owned):
             model.wait = self.mailbox.sleep
         self.link = GManagerLink(gmanager, self.instance, self.stats, heartbeat_interval_s)
         self.exchange = Exchange(self)
+        self.mover = Mover(self, moves)
         self.holds = Holds()
         self.plane, self.group = None, None  # the data-plane group this loop is in (or joining), its address
         self.inbox: list = []  # arrivals, aborts and the gManager's instructions, for the next control phase
@@ -70,7 +73,7 @@ class InstanceLoop(Owned):
     def claim(self) -> None:
         """The calling thread owns this loop's state from now on."""
         super().claim()
-        for part in (self.stats, self.link, self.exchange, self.holds):
+        for part in (self.stats, self.link, self.exchange, self.mover, self.holds):
             part.claim()
         self.mailbox.owner = self._owner
 
@@ -81,7 +84,7 @@ class InstanceLoop(Owned):
 
     def receive(self, msg) -> None:
         match msg:
-            case AddRequest() | Abort() | MoveKVCache() | Swap():
+            case AddRequest() | Abort() | Adopt() | Migrate() | MoveKVCache() | Swap():
                 self.inbox.append(msg)
             case Served(compute_s, cpu_s):
                 self.stats.num_served += 1
@@ -106,6 +109,14 @@ class InstanceLoop(Owned):
                     seq.status = Status.WAITING
                     self.scheduler.add(seq)
                     self.num_added += 1
+                case Abort(req_id) if self.mover.forward_abort(req_id) or self.mover.abort_incoming(req_id):
+                    pass
+                case Adopt() as adopt:
+                    self.mover.adopt(adopt)
+                case Migrate(req_id, dst, last_stage_blocks, max_stages):
+                    seq = next((s for s in self.scheduler.running if s.req_id == req_id), None)
+                    if seq is None or not self.mover.migrate(seq, dst, last_stage_blocks, max_stages):
+                        self.stats.num_migrations_refused += 1
                 case Abort(req_id):
                     s = self.scheduler
                     s.remove_waiting(req_id)
@@ -201,11 +212,12 @@ class InstanceLoop(Owned):
         if self.last is not None:
             seqs, token_ids = self.last
             self.last = None
-            counts = [len(s.output_ids) for s in seqs]
+            counts = [self.mover.reported(s) for s in seqs]
             finished = self.instance.end_step(seqs, token_ids)
             self.report(seqs, counts, finished)
         self.take_inbox()
         self.exchange.begin()
+        self.mover.after_step()
         seqs, is_prefill = self.instance.begin_step(self.exchange)
         batch = (make_batch(self.rm, seqs, is_prefill, self.config.block_size, self.exchange.tables,
                             self.config.chunked_prefill_tokens is not None) if seqs else None)

@@ -30,6 +30,26 @@ class Abort:
 
 
 @dataclass(frozen=True, slots=True)
+class Migrate:
+    """Migrate running request `req_id` live to instance `dst` (migration.py): the pause once at most
+    `last_stage_blocks` are left to copy, an abort past `max_stages` stages."""
+
+    req_id: int
+    dst: int
+    last_stage_blocks: int
+    max_stages: int
+
+
+@dataclass(frozen=True, slots=True)
+class Adopt:
+    """A request moved here whole (request_moves.py): its Sequence as its old home last had it and its rBlocks here
+    in token order, sent with the step that copied its KV and posted once that step's KV landed here."""
+
+    seq: Sequence
+    blocks: list  # control.rblock.RBlock
+
+
+@dataclass(frozen=True, slots=True)
 class Served:
     """A debtor's step served in a Ray thread of this actor (serve.py), for the loop's statistics."""
 

@@ -116,3 +116,43 @@ class Table(PeerMessage):
 
     def apply(self, on) -> list[RBlock] | None:
         return on.table(self.req_id)
+
+
+@dataclass(frozen=True, slots=True)
+class RoomForMove(PeerMessage):
+    """The receiver's room for a request moving there whole: (inst_id, free rBlocks, requests running there or on
+    their way there)."""
+
+    def apply(self, on) -> tuple[int, int, int]:
+        return on.room_for_move()
+
+
+@dataclass(frozen=True, slots=True)
+class TakeForMove(PeerMessage):
+    """Blocks for home `home`'s request `req_id`, which moves to the receiver whole (none when it has no room in
+    its rBlocks or its batch); ids from the home."""
+    req_id: int
+    num_blocks: int
+    home: int
+    ids: list[int]
+
+    def apply(self, on) -> list[RBlock]:
+        return on.take_for_move(self.req_id, self.num_blocks, self.home, self.ids)
+
+
+@dataclass(frozen=True, slots=True)
+class DropIncoming(PeerMessage):
+    """A migration to the receiver was aborted: the blocks its stages filled there are freed."""
+    req_id: int
+    blocks: list[RBlock]
+
+    def apply(self, on) -> None:
+        on.drop_incoming(self.req_id, self.blocks)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusOf(PeerMessage):
+    """The receiver's InstanceStatus (its load), for a design's rule."""
+
+    def apply(self, on):
+        return on.status()

@@ -16,8 +16,9 @@ import time
 import ray
 from ray.exceptions import RayActorError
 
-from reference_impl.backends.ray.peer_messages import (AllocForSwap, AskMove, Borrow, CancelReservation, HasTable,
-                                                     NumMoving, PeerMessage, ReleaseBlocks, SetBlock, Table,
+from reference_impl.backends.ray.peer_messages import (AllocForSwap, AskMove, Borrow, CancelReservation,
+                                                     DropIncoming, HasTable, NumMoving, PeerMessage, ReleaseBlocks,
+                                                     RoomForMove, SetBlock, StatusOf, Table, TakeForMove,
                                                      TakeReserved, TryMoveKVCache)
 from reference_impl.control.rblock import RBlock
 
@@ -121,6 +122,19 @@ class RemoteRManager:
         blocks = self.ask(Borrow(req_id, num_blocks, self.me.inst_id, self._new_ids(num_blocks)), default=[])
         self.view_lendable = max(0, self.view_lendable - len(blocks))
         return blocks
+
+    # --- a request of this instance moving there whole (request_moves.py)
+    def room_for_move(self) -> tuple[int, int, int] | None:
+        return self.ask(RoomForMove(), default=None)
+
+    def take_for_move(self, req_id: int, num_blocks: int) -> list[RBlock]:
+        return self.ask(TakeForMove(req_id, num_blocks, self.me.inst_id, self._new_ids(num_blocks)), default=[])
+
+    def status(self):
+        return self.ask(StatusOf(), default=None)
+
+    def drop_incoming(self, req_id: int, blocks: list[RBlock]) -> None:
+        self.send(DropIncoming(req_id, blocks))
 
     def _new_ids(self, num_blocks: int) -> list[int]:
         """Block ids from this (home) instance's counter, for blocks the peer allocates."""

@@ -26,6 +26,7 @@ class PartnerWork:
     pairs: list[tuple] = field(default_factory=list)  # KV block pairs of the step this partner reads or writes
     releases: list[RBlock] = field(default_factory=list)  # blocks moved out of here: released once read
     number: int = 0  # the home's works for this partner in this group, counted from 0: served in this order
+    adopt: list = field(default_factory=list)  # messages.Adopt of requests moving here whole, once this step's KV landed
 
 
 class InTurn:
@@ -63,4 +64,6 @@ def serve(work: PartnerWork, loop) -> float:
     with torch.inference_mode():
         for layer in range(loop.model.config.num_layers):
             step.attend(layer)
+    for adopt in work.adopt:  # every layer of their KV is here now
+        loop.post(adopt)
     return step.messaging_s

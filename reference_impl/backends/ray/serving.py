@@ -6,7 +6,8 @@ so summarises a Ray run, a local run and a simulated run alike.
 
 Systems are designs (systems/) of the same engine, handed in by the caller: Infinite-LLM pools KV across
 instances; vLLM-M keeps it on its instance (preempt and recompute, reject what no instance holds); vLLM-S is one
-instance with every block.
+instance with every block; prefill/decode disaggregation prefills on some instances and moves each request whole
+to a decode instance; Lamina keeps every rBlock on its memory instances (`engine_run`: a design's EngineRun).
 """
 import time
 from dataclasses import asdict, replace
@@ -18,29 +19,33 @@ from reference_impl.backends.local import random_prompts
 from reference_impl.backends.ray import RayConfig, RayEngine, init_ray
 from reference_impl.backends.ray.stats import LoopStats, StepMeans
 from reference_impl.control.engine import EngineConfig
+from reference_impl.control.engine_run import EngineRun
 from reference_impl.control.placement import Placement
 from reference_impl.errors import InputError, RequestsFailed
 from reference_impl.model.llama import LlamaModel
 from reference_impl.serving.records import FAILED, ServingRun
-from reference_impl.cluster_config import ClusterConfig
 
 PUBLISH_S = 0.02  # a loop publishes its counters at its next control phase: this long covers a step
 
 
 def engine_config(chosen, num_instances: int, blocks_per_instance: int, block_size: int, *,
-                  max_batch_size: int | None = None, seed: int = 0) -> EngineConfig:
+                  max_batch_size: int | None = None, seed: int = 0, knobs=None) -> EngineConfig:
     """The engine config of the design `chosen` (systems/design.py's Design, looked up by the caller) on
-    `num_instances` instances of `blocks_per_instance` rBlocks each: the design decides the instances and the
-    pooling, and the cluster's rBlocks are shared among the instances it keeps (vLLM-S: one instance holds them
-    all)."""
-    if not chosen.real_engine:
-        raise InputError(f"system {chosen.name!r} runs on the simulator only; use --backend sim")
-    base = ClusterConfig(engine=EngineConfig(num_instances=num_instances, block_size=block_size, seed=seed))
-    policy = chosen.config(base).engine
-    blocks = num_instances * blocks_per_instance // policy.num_instances
-    batch = {} if max_batch_size is None else {"max_batch_size": max_batch_size}  # None: the engine's default
-    return EngineConfig(policy.num_instances, blocks, block_size=block_size, pooling=policy.pooling, seed=seed,
-                        **batch)
+    `num_instances` instances of `blocks_per_instance` rBlocks each: `engine_run(...).config`."""
+    return engine_run(chosen, num_instances, blocks_per_instance, block_size, max_batch_size=max_batch_size,
+                      seed=seed, knobs=knobs).config
+
+
+def engine_run(chosen, num_instances: int, blocks_per_instance: int, block_size: int, *,
+               max_batch_size: int | None = None, seed: int = 0, knobs=None) -> EngineRun:
+    """How the Ray backend runs the design `chosen` on `num_instances` instances of `blocks_per_instance` rBlocks
+    each (Design.real_run): its engine config, placement, the instances requests go to and its move rule; `knobs`
+    its own, or None. InputError, with a hint, for a design Ray does not run."""
+    try:
+        return chosen.real_run("ray", num_instances, blocks_per_instance, block_size, max_batch_size=max_batch_size,
+                               seed=seed, knobs=knobs)
+    except InputError as err:
+        raise InputError(f"{err}; use --backend sim") from None
 
 
 def loop_stats(engine: RayEngine) -> dict[int, LoopStats]:
@@ -71,17 +76,18 @@ class RayServer:
         self.next_req_id = 0  # request ids stay unique over an engine's life; records get theirs back
 
     def serve(self, requests, config: EngineConfig, *, seed: int = 0, time_limit_s: float = 600.0,
-              placement: Placement = Placement(), homes: tuple[int, ...] | None = None
+              placement: Placement = Placement(), homes: tuple[int, ...] | None = None, moves=None
               ) -> tuple[ServingRun, dict[int, LoopStats]]:
         """`requests` against the clock; the records and each instance's loop statistics over this workload.
-        placement, homes: a design's placement rules and the instances requests go to (RayEngine's); an engine is
-        kept per config, placement and homes. Raises RequestsFailed when an instance died and some requests no
-        longer fit (the engine is dropped: the next workload gets a whole one)."""
-        key = (config, placement, homes)
+        placement, homes, moves: a design's placement rules, the instances requests go to and its move rule
+        (RayEngine's; a design's EngineRun); an engine is kept per config, placement, homes and rule. Raises
+        RequestsFailed when an instance died and some requests no longer fit (the engine is dropped: the next
+        workload gets a whole one)."""
+        key = (config, placement, homes, moves)
         engine = self.engines.get(key)
         if engine is None:
             engine = self.engines[key] = RayEngine(config, self.model, self.ray_config, placement=placement,
-                                                   homes=homes, **self.engine_kwargs)
+                                                   homes=homes, moves=moves, **self.engine_kwargs)
         else:
             engine.resume()
         before = loop_stats(engine)

@@ -17,6 +17,14 @@ class LoopStats(Owned):
     num_gmanager_restarts: int = 0  # new gManager incarnations seen in heartbeat replies
     num_swaps: int = 0  # DGFM swaps carried out here
     num_copied_blocks: int = 0  # KV blocks this home's moves and swaps copied
+    num_requests_moved: int = 0  # requests this home moved whole to another instance (a design's move rule) ...
+    num_moves_declined: int = 0  # ... and the moves its rule asked for that the destination refused
+    num_adopted: int = 0  # requests moved here whole, adopted once their KV landed
+    num_migrations_started: int = 0  # live migrations out of here (migration.py) ...
+    num_migrations_completed: int = 0
+    num_migrations_aborted: int = 0
+    num_migrations_refused: int = 0  # (asked for a request not running here, or migrating already)
+    num_precopy_stages: int = 0  # ... and their stages copied while the request decoded here
     num_partner_calls: int = 0  # partners' parts of this home's steps sent
     num_served: int = 0  # debtors' steps served here
     num_peer_calls: int = 0  # control-phase calls on a peer's rManager that waited for the reply

@@ -5,8 +5,9 @@ overlaps the three (step_cost.py); prefill runs on the compute devices and its K
 from reference_impl.systems.design import Design
 from reference_impl.systems.lamina.backend import LaminaBackend
 from reference_impl.systems.lamina.cluster import configure, memory_devices
+from reference_impl.systems.lamina.local import engine_run
 from reference_impl.systems.lamina.policy import LaminaPolicy
 
 DESIGN = Design("lamina", "attention offloaded to memory devices holding the KV, micro-batches pipelined",
-                configure=configure, policy=LaminaPolicy, backend=LaminaBackend, real_engine=False,
+                configure=configure, policy=LaminaPolicy, backend=LaminaBackend, on_engine=engine_run,
                 memory_devices=memory_devices)

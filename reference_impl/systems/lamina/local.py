@@ -5,9 +5,10 @@ merging their partials; which is DistAttention's remote path (a debtor whose KV 
 there, ScaleReduce at home). Requests go to the compute instances only (the least loaded); the gManager recommends
 where their rBlocks go; memory instances serve no request of their own. No gManager rounds and no retrieval: KV
 never comes home. Greedy tokens equal one instance's. Not run: Lamina's rotational pipelining of micro-batches."""
-from functools import partial
+from dataclasses import dataclass, replace
 
 from reference_impl.control.engine import Engine, EngineConfig
+from reference_impl.control.engine_run import EngineRun
 from reference_impl.control.placement import Placement
 from reference_impl.control.sequence import Sequence
 from reference_impl.errors import InputError
@@ -15,13 +16,16 @@ from reference_impl.errors import InputError
 
 def lamina_engine_config(config: EngineConfig) -> EngineConfig:
     """`config`'s instances with pooling on (KV on the memory instances), no gManager rounds, no DGFM."""
-    from dataclasses import replace
-
     return replace(config, pooling=True, gmanager_interval_steps=0, dgfm=False)
 
 
-def _compute_holds_none(num_compute: int, inst_id: int) -> int | None:
-    return 0 if inst_id < num_compute else None
+@dataclass(frozen=True, slots=True)
+class ComputeHoldsNone:
+    """Placement.blocks: instances below `num_compute` hold no rBlocks (a value: equal placements are one engine)."""
+    num_compute: int
+
+    def __call__(self, inst_id: int) -> int | None:
+        return 0 if inst_id < self.num_compute else None
 
 
 def _never_home(room: int) -> int:
@@ -32,7 +36,22 @@ def offload_placement(num_compute: int) -> Placement:
     """Compute instances (ids below `num_compute`) hold no rBlocks: every rBlock of theirs goes where the gManager
     recommends, a memory instance (the compute instances have no room to lend), and none comes home. Picklable: the
     Ray backend hands it to its instance actors."""
-    return Placement(retrieval=_never_home, blocks=partial(_compute_holds_none, num_compute))
+    return Placement(retrieval=_never_home, blocks=ComputeHoldsNone(num_compute))
+
+
+def default_num_compute(num_instances: int, knobs=None) -> int:
+    """A real run's compute instances: one per `memory_devices` + 1 instances (the knob's, else one memory instance
+    per compute instance), at least one, fewer than all."""
+    memory = getattr(knobs, "memory_devices", None) or 1
+    return min(max(1, num_instances // (1 + memory)), num_instances - 1)
+
+
+def engine_run(config: EngineConfig, knobs=None) -> EngineRun:
+    """Design.on_engine: `config`'s instances as compute and memory instances (`default_num_compute`)."""
+    if config.num_instances < 2:
+        raise InputError("Lamina needs at least 2 instances (a compute and a memory one)")
+    num_compute = default_num_compute(config.num_instances, knobs)
+    return EngineRun(lamina_engine_config(config), offload_placement(num_compute), tuple(range(num_compute)))
 
 
 def dispatch_to_compute(instances, seq: Sequence) -> int:

@@ -28,4 +28,4 @@ def loongserve(config: SimConfig) -> SimConfig:
 
 DESIGN = Design("loongserve", "elastic sequence-parallel prefill on instance groups, multi-master decode over one "
                 "token pool", configure=loongserve, policy=LoongServePolicy, backend=LoongServeBackend,
-                real_engine=False)
+                real_backends=("local",))  # (its placement and multi-master decode; sequence-parallel prefill: no)

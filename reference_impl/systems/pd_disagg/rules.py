@@ -1,6 +1,6 @@
-"""The two choices of prefill/decode disaggregation, shared by its simulated policy (policy.py) and its real run on
-the local engine (local.py): which prefill instance takes a new request, and which decode instance takes a prefilled
-one."""
+"""The two choices of prefill/decode disaggregation, shared by its simulated policy (policy.py) and its real runs on
+the local engine (local.py) and on Ray (hand_over.py): which prefill instance takes a new request, and which decode
+instance takes a prefilled one."""
 
 
 def least_loaded(prefill: list):
@@ -8,10 +8,17 @@ def least_loaded(prefill: list):
     return min(prefill, key=lambda i: (i.scheduler.num_waiting_blocks + i.rm.pool.num_used, i.inst_id))
 
 
+def freest_room(rooms: list[tuple[int, int, int]], num_blocks: int, max_batch_size: int) -> int | None:
+    """The index in `rooms` of the decode instance with the most free rBlocks among those with room for
+    `num_blocks` and a place in their batch; a room is (inst_id, free rBlocks, requests running there or on their
+    way there). Ties: the lowest id; None when none has room."""
+    fit = [k for k, (_, free, busy) in enumerate(rooms) if free >= num_blocks and busy < max_batch_size]
+    return max(fit, key=lambda k: (rooms[k][1], -rooms[k][0]), default=None)
+
+
 def freest_decode(decode: list, num_blocks: int, incoming: list[int], max_batch_size: int):
-    """The decode instance with the most free rBlocks among those with room for `num_blocks` and a place in their
-    batch once the transfers on their way there (`incoming`, per instance id) land (ties: the lowest id); None when
-    none has."""
-    room = [i for i in decode if i.rm.num_free >= num_blocks
-            and len(i.scheduler.running) + incoming[i.inst_id] < max_batch_size]
-    return max(room, key=lambda i: (i.rm.num_free, -i.inst_id), default=None)
+    """`freest_room` of the instances `decode`, the transfers on their way to each (`incoming`, per instance id)
+    counted in its batch; the instance, or None."""
+    k = freest_room([(i.inst_id, i.rm.num_free, len(i.scheduler.running) + incoming[i.inst_id]) for i in decode],
+                    num_blocks, max_batch_size)
+    return None if k is None else decode[k]
