@@ -23,7 +23,7 @@ from reference_impl.backends.ray.cluster import RayConfig
 from reference_impl.backends.ray.dataplane import GroupSpec
 from reference_impl.backends.ray.gmanager import GManagerActor
 from reference_impl.backends.ray.messages import Migrate
-from reference_impl.backends.ray.snapshot import BROKEN, Snapshot
+from reference_impl.backends.ray.snapshot import BROKEN, Dispatched, Snapshot
 from reference_impl.backends.ray.stats import LoopStats
 from reference_impl.control.engine import EngineConfig
 from reference_impl.errors import InputError
@@ -55,7 +55,7 @@ class RayEngine:
         self.failed: dict[int, str] = {}  # req_id -> why it could not finish
         self.done: set[int] = set()
         self.num_instance_failures = 0
-        self.sent: dict[int, list[int]] = {}  # inst_id -> blocks of each request dispatched to it, in order
+        self.sent: dict[int, Dispatched] = {}  # inst_id -> what was dispatched to it that its snapshot lacks
         self.snapshots: dict[int, Snapshot] = {}
         # add/abort calls not yet known to be in their actor's inbox: the actors are threaded, so a later call
         # (sync_now, pause) may run before them; `delivered()` waits for these
@@ -88,7 +88,7 @@ class RayEngine:
         # the gManager alive too before anything runs: Ray drops a kill sent while an actor is still being created
         ray.get([a.start.remote(self.actors, self.gm_actor, spec) for a in self.actors.values()]
                 + [self.gm_actor.get_boot_id.remote()])
-        self.sent = {i: [] for i in self.actors}
+        self.sent = {i: Dispatched() for i in self.actors}
         self.homes = tuple(self.actors) if homes is None else tuple(homes)
 
     def _group_spec(self, members: list[int]) -> GroupSpec:
@@ -104,7 +104,7 @@ class RayEngine:
             inst_id = max((i for i in self.homes if i in self.actors), key=lambda i: (self._free_blocks(i), -i))
         self.mirror[seq.req_id] = seq
         self.home_of[seq.req_id] = inst_id
-        self.sent[inst_id].append(blocks)
+        self.sent[inst_id].add(blocks)
         self.undelivered.append(self.actors[inst_id].add_request.remote(seq))
         return inst_id
 
@@ -116,8 +116,7 @@ class RayEngine:
 
     def _free_blocks(self, inst_id: int) -> float:
         snap = self.snapshots.get(inst_id, Snapshot())
-        status, seen = snap.status, snap.num_added
-        unseen = sum(self.sent[inst_id][seen:])
+        status, unseen = snap.status, self.sent[inst_id].unseen_blocks(snap.num_added)
         if status is None:
             return self.config.blocks_per_instance_total - unseen
         return status.num_free_blocks - status.num_waiting * status.mean_waiting_blocks - unseen
