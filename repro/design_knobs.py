@@ -1,28 +1,14 @@
 """A design's own options from the command line (`repro simulate --knob NAME=VALUE`) and the configuration the
-design chose, in words: its knobs are the frozen dataclass it reads from SimConfig.design_knobs."""
+design chose, in words: its knobs are the frozen dataclass it reads from SimConfig.design_knobs (Design.knobs), and
+what it chose beyond instances and GPUs is its own (Design.chosen)."""
 import dataclasses
-import importlib
 import types
 import typing
-from dataclasses import replace
 
 from reference_impl.errors import InputError
+from reference_impl.systems.catalog import DESIGN_NAMES, design as get_design
 
-# design -> the module and class of its knobs (the designs on the pooled engine's own policy have none)
-KNOB_CLASSES = {
-    "pd-disaggregation": ("reference_impl.systems.pd_disagg.knobs", "PDKnobs"),
-    "lamina": ("reference_impl.systems.lamina.cluster", "LaminaKnobs"),
-    "loongserve": ("reference_impl.systems.loongserve.knobs", "LoongServeKnobs"),
-    "llumnix": ("reference_impl.systems.llumnix.knobs", "LlumnixKnobs"),
-}
 SCALARS = (bool, int, float, str, type(None))
-
-
-def knob_class(design: str):
-    if design not in KNOB_CLASSES:
-        return None
-    module, name = KNOB_CLASSES[design]
-    return getattr(importlib.import_module(module), name)
 
 
 def settable(cls) -> dict[str, tuple]:
@@ -67,9 +53,10 @@ def parse_knobs(design: str, pairs: tuple[str, ...]):
     one line for a design without knobs, an unknown name (naming the known ones) or a bad value."""
     if not pairs:
         return None
-    cls = knob_class(design)
+    cls = get_design(design).knobs
     if cls is None:
-        raise InputError(f"--knob: {design} has no knobs of its own (designs with knobs: {', '.join(KNOB_CLASSES)})")
+        with_knobs = [name for name in DESIGN_NAMES if get_design(name).knobs is not None]
+        raise InputError(f"--knob: {design} has no knobs of its own (designs with knobs: {', '.join(with_knobs)})")
     known = settable(cls)
     values = {}
     for pair in pairs:
@@ -99,34 +86,13 @@ def describe(config) -> dict:
     dict; 'knobs' holds the resolved knobs (defaults filled in)."""
     out = {"design": config.design, "num_gpus": config.num_gpus, "num_instances": config.engine.num_instances,
            "tp": config.tp, "pp": config.pp, "link": config.link, "pooling": config.engine.pooling}
+    made_by = get_design(config.design)
     knobs = config.design_knobs
-    cls = knob_class(config.design)
-    if knobs is None and cls is not None:
-        knobs = cls()
-    if config.design == "pd-disaggregation":
-        from reference_impl.systems.pd_disagg.configure import split_of
-        s = split_of(config)
-        out["split"] = (f"{s.num_prefill}x tp{s.prefill.tp}pp{s.prefill.pp} prefill + "
-                        f"{s.num_decode}x tp{s.decode.tp}pp{s.decode.pp} decode")
-        w = knobs.workload
-        out["split_for"] = (f"mean prompt {w.mean_prompt_tokens:.0f}, output {w.mean_output_tokens:.0f} tokens, "
-                            f"long context {w.long_context_tokens}")
-    elif config.design == "lamina":
-        out["memory_devices_per_instance"] = knobs.memory_devices
-    elif config.design == "loongserve":
-        out["ring_degree"] = knobs.max_degree or config.engine.num_instances
-        out["ring_link"] = knobs.ring_link or config.link
+    if knobs is None and made_by.knobs is not None:
+        knobs = made_by.knobs()
+    if made_by.chosen is not None:
+        out.update(made_by.chosen(config, knobs))
     if knobs is not None:
         out["knobs"] = {f.name: getattr(knobs, f.name) for f in dataclasses.fields(knobs)
                         if isinstance(getattr(knobs, f.name), SCALARS)}
     return out
-
-
-def with_workload_shape(design: str, knobs, requests):
-    """pd-disaggregation's split is searched for the workload at hand unless the knobs name a shape (without one
-    it reads a trace-free default shape of the model)."""
-    if design != "pd-disaggregation":
-        return knobs
-    from reference_impl.systems.pd_disagg.knobs import PDKnobs, shape_of
-    knobs = knobs or PDKnobs()
-    return knobs if knobs.workload is not None else replace(knobs, workload=shape_of(requests))

@@ -30,13 +30,22 @@ class Design:
     on_engine: Callable[[EngineConfig, object], EngineRun] | None = None
     # devices beyond the GPUs that a cluster it made holds, priced as lamina Table 1's memory device (pricing.py)
     memory_devices: Callable[[SimConfig], int] | None = None
-    # its knobs fitted to a workload (a request list), where the design fits them per workload (None: it does not)
-    workload_knobs: Callable[[list], object] | None = None
+    # its own options: the frozen dataclass it reads from SimConfig.design_knobs (`repro simulate --knob`; None: none)
+    knobs: type | None = None
+    # what it chose for a config it made, beyond instances and GPUs: (config, its knobs resolved) -> a JSON-able dict
+    chosen: Callable[[SimConfig, object], dict] | None = None
+    # its knobs fitted to a workload: (a request list, the knobs given or None) -> knobs, where the design fits them
+    # per workload (None: it does not)
+    workload_knobs: Callable[[list, object], object] | None = None
 
     @property
     def on_pooled_engine(self) -> bool:
         """It runs on the pooled engine's own policy and backend: its config alone makes the difference."""
         return self.policy is Policy and self.backend is SimBackend
+
+    def knobs_for(self, requests: list, knobs=None):
+        """`knobs` (None: the defaults) with what this design fits to the workload `requests` filled in."""
+        return knobs if self.workload_knobs is None else self.workload_knobs(requests, knobs)
 
     def engine_run(self, config: EngineConfig, knobs=None) -> EngineRun:
         """How a real backend runs this design on `config`, the engine config its cluster makes."""

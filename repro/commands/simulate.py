@@ -57,7 +57,8 @@ def simulate(workload_path, system, model, gpu, num_gpus, tp, link, knobs, slo_t
     from reference_impl.systems.pd_disagg.headline import Slo, attainment
     from reference_impl.systems.run import simulate as run_sim
     from reference_impl.systems.registry import cluster, system_config
-    from repro.design_knobs import describe, parse_knobs, with_workload_shape
+    from reference_impl.systems.catalog import design
+    from repro.design_knobs import describe, parse_knobs
     from repro.progress import progress
     from workloads import load_jsonl
 
@@ -71,7 +72,7 @@ def simulate(workload_path, system, model, gpu, num_gpus, tp, link, knobs, slo_t
         if num_gpus % tp:
             raise InputError(f"--gpus {num_gpus} does not split into instances of --tp {tp}")
         base = SimConfig(model=model, gpu=gpu, tp=tp, link=link, engine=sim_engine(num_instances=num_gpus // tp))
-    base = replace(base, design_knobs=with_workload_shape(system, design_knobs, requests))
+    base = replace(base, design_knobs=design(system).knobs_for(requests, design_knobs))
     config = system_config(system, base)
     blocks_per_instance(config)  # checks the model fits the instance before simulating
     last_arrival_s = max(r.arrival_s for r in requests)

@@ -62,3 +62,7 @@ def configure(base: SimConfig) -> SimConfig:
 def memory_devices(config: SimConfig) -> int:
     """Memory devices of a Lamina cluster (its Design.memory_devices)."""
     return knobs_of(config).memory_devices * config.engine.num_instances
+
+
+def chosen(config: SimConfig, knobs: LaminaKnobs) -> dict:
+    return {"memory_devices_per_instance": knobs.memory_devices}

@@ -22,10 +22,15 @@ def loongserve_engine(engine: EngineConfig) -> EngineConfig:
     return replace(engine, pooling=True, exclusive_roles=False, dgfm=False, gmanager_interval_steps=0)
 
 
+def chosen(config: SimConfig, knobs: LoongServeKnobs) -> dict:
+    return {"ring_degree": knobs.max_degree or config.engine.num_instances, "ring_link": knobs.ring_link or config.link}
+
+
 def loongserve(config: SimConfig) -> SimConfig:
     return replace(config, engine=loongserve_engine(config.engine))
 
 
 DESIGN = Design("loongserve", "elastic sequence-parallel prefill on instance groups, multi-master decode over one "
                 "token pool", configure=loongserve, policy=LoongServePolicy, backend=LoongServeBackend,
-                real_backends=("local",))  # (its placement and multi-master decode; sequence-parallel prefill: no)
+                real_backends=("local",),  # (its placement and multi-master decode; sequence-parallel prefill: no)
+                knobs=LoongServeKnobs, chosen=chosen)

@@ -5,11 +5,11 @@ cost model (split.py); a request is prefilled on one and decoded on the other af
 hand_over.py on Ray."""
 from reference_impl.systems.design import Design
 from reference_impl.systems.pd_disagg.backend import PDBackend
-from reference_impl.systems.pd_disagg.configure import pd_disaggregation
+from reference_impl.systems.pd_disagg.configure import chosen, pd_disaggregation
 from reference_impl.systems.pd_disagg.hand_over import engine_run
-from reference_impl.systems.pd_disagg.knobs import PDKnobs, shape_of
+from reference_impl.systems.pd_disagg.knobs import PDKnobs, fitted_to
 from reference_impl.systems.pd_disagg.policy import PDPolicy
 
 DESIGN = Design("pd-disaggregation", "prefill and decode instances of their own parallelism, KV moved after prefill",
                 configure=pd_disaggregation, policy=PDPolicy, backend=PDBackend, on_engine=engine_run,
-                workload_knobs=lambda requests: PDKnobs(workload=shape_of(requests)))
+                knobs=PDKnobs, chosen=chosen, workload_knobs=fitted_to)

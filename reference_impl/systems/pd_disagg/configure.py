@@ -40,3 +40,12 @@ def pd_disaggregation(base: SimConfig) -> SimConfig:
                     decode_tp=split.decode.tp, decode_pp=split.decode.pp, workload=shape)
     engine = replace(base.engine, num_instances=split.num_prefill + split.num_decode, pooling=False)
     return replace(base, tp=split.decode.tp, pp=split.decode.pp, engine=engine, design_knobs=knobs)
+
+
+def chosen(config: SimConfig, knobs: PDKnobs) -> dict:
+    """The split the design chose for `config` and the workload shape it chose it for, in words."""
+    s, w = split_of(config), knobs.workload
+    return {"split": f"{s.num_prefill}x tp{s.prefill.tp}pp{s.prefill.pp} prefill + "
+                     f"{s.num_decode}x tp{s.decode.tp}pp{s.decode.pp} decode",
+            "split_for": f"mean prompt {w.mean_prompt_tokens:.0f}, output {w.mean_output_tokens:.0f} tokens, "
+                         f"long context {w.long_context_tokens}"}

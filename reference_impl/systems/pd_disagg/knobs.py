@@ -1,6 +1,6 @@
 """The design's knobs (SimConfig.design_knobs) and the workload shape its split search reads."""
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from reference_impl.errors import InputError
 
@@ -66,3 +66,10 @@ class PDKnobs:
             return None
         num_decode = config.engine.num_instances - self.num_prefill
         return self.num_prefill * self.prefill_tp * self.prefill_pp + num_decode * self.decode_tp * self.decode_pp
+
+
+def fitted_to(requests, knobs: PDKnobs | None) -> PDKnobs:
+    """`knobs` (None: the defaults) with the split searched for `requests`' shape unless they name a shape (as DistServe
+    searches per workload; without one the split reads a trace-free default shape of the model)."""
+    knobs = knobs or PDKnobs()
+    return knobs if knobs.workload is not None else replace(knobs, workload=shape_of(requests))

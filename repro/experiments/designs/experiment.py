@@ -113,7 +113,7 @@ def workload_knobs(g: CurveGroup, seed: int) -> dict:
         fit = design(name).workload_knobs
         if fit is not None:
             requests = g.make_requests(1.0, seed) if requests is None else requests
-            fitted[name] = fit(requests)
+            fitted[name] = fit(requests, None)
     return fitted
 
 
