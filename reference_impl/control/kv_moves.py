@@ -24,7 +24,8 @@ class KVMove:
 
 class KVMoves:
     """Mixed into RManager: its home requests' moves (`moves`, and `_moves_by_req`: indexed by request; both
-    made empty by the rManager). What it reads of the
+    made empty by the rManager, as is `_placed_reqs`, the requests with moves that set_block touched since the
+    last chunk). What it reads of the
     rManager is public: inst_id, peers, tables, holders_by_req, hosted, frozen, exclusive_roles, is_creditor,
     num_lent, set_block, home_of, note_change; the rManager calls is_moving_out, block_placed and cancel_moves."""
 
@@ -103,10 +104,14 @@ class KVMoves:
         return None
 
     def block_placed(self, req_id: int, index: int, inst_id: int) -> None:
-        """set_block put logical block `index` of `req_id` on `inst_id`: moves that may take it scan from there."""
-        for move in self._moves_by_req.get(req_id, ()):
-            if index < move.cursor and self._takes_from(move, inst_id):
-                move.cursor = index
+        """set_block put logical block `index` of `req_id` on `inst_id`: moves that may take it scan from there,
+        and the instance it left may now hold nothing those moves can take (`_placed_reqs`)."""
+        moves = self._moves_by_req.get(req_id)
+        if moves:
+            self._placed_reqs.add(req_id)
+            for move in moves:
+                if index < move.cursor and self._takes_from(move, inst_id):
+                    move.cursor = index
 
     def advance_moves(self, copy_blocks, max_blocks: int) -> int:
         """Move up to `max_blocks` blocks of the pending moves (one chunk); returns the number moved."""
@@ -115,39 +120,58 @@ class KVMoves:
         budget = max_blocks
         pairs = []
         moved = set()  # (req_id, index): a block moves at most once per chunk, so copies never chain
+        # Every pending move whose source has nothing left for it ends now, moved this chunk or not. A source
+        # only empties as set_block takes a block off it, so past the moves this chunk advances, only the
+        # moves of requests placed since the last chunk (or in this one, before them) are checked.
+        placed, self._placed_reqs = self._placed_reqs, set()
         for move in list(self.moves):
-            while budget and move.num_blocks:
-                dst_rm = self.peers[move.dst_inst]
-                reserved = dst_rm.num_reserved_for(move.req_id)
-                if not reserved:
-                    move.num_blocks = 0  # the destination reclaimed the room: the move ends here
-                    break
-                indices = []  # this chunk's blocks of the move, taken from the destination in one call
-                while len(indices) < min(budget, move.num_blocks, reserved):
-                    index = self._next_movable(move, moved)
-                    if index is None:
-                        break
-                    indices.append(index)
-                    moved.add((move.req_id, index))
-                if not indices:
-                    break
-                taken = dst_rm.take_reserved(move.req_id, len(indices))
-                for index, dst in zip(indices, taken):
-                    pairs.append((self.tables[move.req_id][index], dst))
-                    self.set_block(move.req_id, index, dst)
-                move.num_blocks -= len(taken)
-                budget -= len(taken)
-                if len(taken) < len(indices):  # a peer in another process took room back since this one last heard
-                    moved.difference_update((move.req_id, i) for i in indices[len(taken):])
-                    move.num_blocks = 0
-                    break
+            if budget and move.num_blocks:
+                budget -= self._advance(move, budget, moved, pairs)
+            elif move.num_blocks and move.req_id not in placed and move.req_id not in self._placed_reqs:
+                continue  # (its source lost no block since its last check)
             if not move.num_blocks or not self._num_movable(move.req_id, move.src_inst):
                 self.peers[move.dst_inst].cancel_reservation(move.req_id, move.num_blocks)
                 self._drop_move(move)
         if pairs:
             copy_blocks(pairs)
-            self._release_at_holders([src for src, _ in pairs])
+            if len(pairs) == 1:  # (the common chunk: one block)
+                src = pairs[0][0]
+                self.peers[src.inst_id].release_blocks([src])
+            else:
+                self._release_at_holders([src for src, _ in pairs])
         return len(pairs)
+
+    def _advance(self, move: KVMove, budget: int, moved: set, pairs: list) -> int:
+        """Move up to `budget` blocks of `move` (adding the (source, destination) pairs to `pairs`); returns how
+        many moved."""
+        spent = 0
+        while budget > spent and move.num_blocks:
+            dst_rm = self.peers[move.dst_inst]
+            reserved = dst_rm.num_reserved_for(move.req_id)
+            if not reserved:
+                move.num_blocks = 0  # the destination reclaimed the room: the move ends here
+                break
+            indices = []  # this chunk's blocks of the move, taken from the destination in one call
+            while len(indices) < min(budget - spent, move.num_blocks, reserved):
+                index = self._next_movable(move, moved)
+                if index is None:
+                    break
+                indices.append(index)
+                moved.add((move.req_id, index))
+            if not indices:
+                break
+            taken = dst_rm.take_reserved(move.req_id, len(indices))
+            table = self.tables[move.req_id]
+            for index, dst in zip(indices, taken):
+                pairs.append((table[index], dst))
+                self.set_block(move.req_id, index, dst)
+            move.num_blocks -= len(taken)
+            spent += len(taken)
+            if len(taken) < len(indices):  # a peer in another process took room back since this one last heard
+                moved.difference_update((move.req_id, i) for i in indices[len(taken):])
+                move.num_blocks = 0
+                break
+        return spent
 
     def _release_at_holders(self, blocks: list) -> None:
         """Free `blocks` on the instances holding them: one release_blocks call per instance."""

@@ -46,6 +46,7 @@ class RManager(Borrowing, KVMoves):
         self._peers_lendable = None if changes is None else Memo()  # what the peers may lend, per changes.memory
         self.moves: list[KVMove] = []  # (kv_moves.py)
         self._moves_by_req: dict[int, list[KVMove]] = {}
+        self._placed_reqs: set[int] = set()
         self.frozen: set[int] = set()
         self.peers = {} if peers is None else peers
         self.peers[inst_id] = self
@@ -279,10 +280,20 @@ class RManager(Borrowing, KVMoves):
     def set_block(self, req_id: int, index: int, block: RBlock) -> None:
         """Point logical block `index` of home request `req_id` at `block` (after its KV was copied there)."""
         table = self.tables[req_id]
-        self._count(req_id, table[index].inst_id, -1)
+        src, dst = table[index].inst_id, block.inst_id
         table[index] = block
-        self._count(req_id, block.inst_id, 1)
-        self.block_placed(req_id, index, block.inst_id)
+        holders = self.holders_by_req[req_id]  # (as _count -1 on src then +1 on dst, with one change counted)
+        if holders[src] == 1:
+            del holders[src]
+        else:
+            holders[src] -= 1
+        holders[dst] = holders.get(dst, 0) + 1
+        if src != dst and self.inst_id in (src, dst):  # sent away from home, or brought home
+            home_gain = 1 if dst == self.inst_id else -1
+            self.num_home_here += home_gain
+            self.num_borrowed -= home_gain
+        self.note_change()
+        self.block_placed(req_id, index, dst)
 
     def append_block(self, req_id: int, recommend: Recommend | None = None) -> RBlock | None:
         """A new tail rBlock: local if there is room, else on the remote tail's instance, else on a
