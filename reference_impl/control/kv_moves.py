@@ -24,8 +24,8 @@ class KVMove:
 
 class KVMoves:
     """Mixed into RManager: its home requests' moves (`moves`, and `_moves_by_req`: indexed by request; both
-    made empty by the rManager, as is `_placed_reqs`, the requests with moves that set_block touched since the
-    last chunk). What it reads of the
+    made empty by the rManager, as is `_emptied_reqs`: requests with moves of which set_block emptied a source since
+    the last chunk). What it reads of the
     rManager is public: inst_id, peers, tables, holders_by_req, hosted, frozen, exclusive_roles, is_creditor,
     num_lent, set_block, home_of, note_change; the rManager calls is_moving_out, block_placed and cancel_moves."""
 
@@ -103,12 +103,13 @@ class KVMoves:
         move.cursor = len(table) if skipped is None else skipped
         return None
 
-    def block_placed(self, req_id: int, index: int, inst_id: int) -> None:
-        """set_block put logical block `index` of `req_id` on `inst_id`: moves that may take it scan from there,
-        and the instance it left may now hold nothing those moves can take (`_placed_reqs`)."""
+    def block_placed(self, req_id: int, index: int, inst_id: int, emptied: bool) -> None:
+        """set_block put logical block `index` of `req_id` on `inst_id`: moves that may take it scan from there.
+        `emptied`: the instance it left holds no block of it now, or every block is home (no remote one left)."""
         moves = self._moves_by_req.get(req_id)
         if moves:
-            self._placed_reqs.add(req_id)
+            if emptied:
+                self._emptied_reqs.add(req_id)
             for move in moves:
                 if index < move.cursor and self._takes_from(move, inst_id):
                     move.cursor = index
@@ -121,13 +122,13 @@ class KVMoves:
         pairs = []
         moved = set()  # (req_id, index): a block moves at most once per chunk, so copies never chain
         # Every pending move whose source has nothing left for it ends now, moved this chunk or not. A source
-        # only empties as set_block takes a block off it, so past the moves this chunk advances, only the
-        # moves of requests placed since the last chunk (or in this one, before them) are checked.
-        placed, self._placed_reqs = self._placed_reqs, set()
+        # only empties as set_block takes its last block, so past the moves this chunk advances, only the moves
+        # of requests with a source emptied since the last chunk (or in this one, before them) are checked.
+        emptied, self._emptied_reqs = self._emptied_reqs, set()
         for move in list(self.moves):
             if budget and move.num_blocks:
                 budget -= self._advance(move, budget, moved, pairs)
-            elif move.num_blocks and move.req_id not in placed and move.req_id not in self._placed_reqs:
+            elif move.num_blocks and move.req_id not in emptied and move.req_id not in self._emptied_reqs:
                 continue  # (its source lost no block since its last check)
             if not move.num_blocks or not self._num_movable(move.req_id, move.src_inst):
                 self.peers[move.dst_inst].cancel_reservation(move.req_id, move.num_blocks)

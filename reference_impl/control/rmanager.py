@@ -46,7 +46,7 @@ class RManager(Borrowing, KVMoves):
         self._peers_lendable = None if changes is None else Memo()  # what the peers may lend, per changes.memory
         self.moves: list[KVMove] = []  # (kv_moves.py)
         self._moves_by_req: dict[int, list[KVMove]] = {}
-        self._placed_reqs: set[int] = set()
+        self._emptied_reqs: set[int] = set()
         self.frozen: set[int] = set()
         self.peers = {} if peers is None else peers
         self.peers[inst_id] = self
@@ -293,7 +293,7 @@ class RManager(Borrowing, KVMoves):
             self.num_home_here += home_gain
             self.num_borrowed -= home_gain
         self.note_change()
-        self.block_placed(req_id, index, dst)
+        self.block_placed(req_id, index, dst, src not in holders or holders[dst] == len(table))
 
     def append_block(self, req_id: int, recommend: Recommend | None = None) -> RBlock | None:
         """A new tail rBlock: local if there is room, else on the remote tail's instance, else on a
