@@ -153,7 +153,8 @@ class KVMoves:
                 move.num_blocks = 0  # the destination reclaimed the room: the move ends here
                 break
             indices = []  # this chunk's blocks of the move, taken from the destination in one call
-            while len(indices) < min(budget - spent, move.num_blocks, reserved):
+            want = min(budget - spent, move.num_blocks, reserved)
+            while len(indices) < want:
                 index = self._next_movable(move, moved)
                 if index is None:
                     break
