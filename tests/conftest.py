@@ -40,3 +40,22 @@ def repro_cli(capsys):
         out, err = capsys.readouterr()
         return code, out, err
     return run
+
+
+@pytest.fixture(scope="session")
+def save_hf_llama(tmp_path_factory):
+    """Builds a small random transformers LlamaForCausalLM (the reference the engine is checked against), saves it as
+    a Hugging Face folder (fp32 safetensors) and returns the folder: `save_hf_llama(name, seed, **dims)`."""
+    import transformers
+
+    def save(name: str, seed: int, *, vocab_size=256, hidden_size=64, intermediate_size=160, num_kv_heads=2):
+        config = transformers.LlamaConfig(
+            vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=num_kv_heads, max_position_embeddings=vocab_size,
+            rms_norm_eps=1e-5, rope_theta=10000.0, initializer_range=0.1, tie_word_embeddings=False,
+            bos_token_id=None, eos_token_id=None, pad_token_id=None)
+        torch.manual_seed(seed)
+        folder = tmp_path_factory.mktemp(name)
+        transformers.LlamaForCausalLM(config).eval().save_pretrained(folder, safe_serialization=True)
+        return folder
+    return save

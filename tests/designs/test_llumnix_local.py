@@ -20,15 +20,8 @@ MOVE_AFTER_STEPS = (3, 9, 22)  # mid-decode, several times: each request goes ro
 
 
 @pytest.fixture(scope="module")
-def hf_folder(tmp_path_factory):
-    config = transformers.LlamaConfig(
-        vocab_size=128, hidden_size=48, intermediate_size=112, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=10000.0,
-        initializer_range=0.1, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    torch.manual_seed(99)
-    folder = tmp_path_factory.mktemp("llama_moves")
-    transformers.LlamaForCausalLM(config).eval().save_pretrained(folder, safe_serialization=True)
-    return folder
+def hf_folder(save_hf_llama):
+    return save_hf_llama("llama_moves", 99, vocab_size=128, hidden_size=48, intermediate_size=112)
 
 
 def transformers_tokens(folder, prompt) -> list[int]:

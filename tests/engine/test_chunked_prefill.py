@@ -20,15 +20,8 @@ PROMPT_LENS = (37, 9, 23, 50, 5, 14)  # longer than a chunk, shorter than one, s
 
 
 @pytest.fixture(scope="module")
-def hf_model(tmp_path_factory):
-    config = transformers.LlamaConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=10000.0,
-        initializer_range=0.1, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    torch.manual_seed(7)
-    model = transformers.LlamaForCausalLM(config).eval()
-    folder = tmp_path_factory.mktemp("llama_chunked")
-    model.save_pretrained(folder, safe_serialization=True)
+def hf_model(save_hf_llama):
+    folder = save_hf_llama("llama_chunked", 7)
     return transformers.LlamaForCausalLM.from_pretrained(folder, attn_implementation="eager").float().eval(), folder
 
 

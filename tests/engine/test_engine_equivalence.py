@@ -18,16 +18,8 @@ BLOCK = 4
 
 
 @pytest.fixture(scope="module", params=[4, 2], ids=["mha", "gqa"])
-def hf_folder(request, tmp_path_factory):
-    config = transformers.LlamaConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=request.param, max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=10000.0,
-        initializer_range=0.1, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    torch.manual_seed(1234 + request.param)
-    model = transformers.LlamaForCausalLM(config).eval()
-    folder = tmp_path_factory.mktemp(f"llama_kv{request.param}")
-    model.save_pretrained(folder, safe_serialization=True)
-    return folder
+def hf_folder(request, save_hf_llama):
+    return save_hf_llama(f"llama_kv{request.param}", 1234 + request.param, num_kv_heads=request.param)
 
 
 def hf_greedy(folder, prompt):
