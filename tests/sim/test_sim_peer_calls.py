@@ -22,8 +22,13 @@ def asking_methods(class_name: str) -> set[str]:
                     for n in ast.walk(f))}
 
 
+# asks of the designs' own mechanisms on Ray (pd's whole-request hand-over, Llumnix's pairing by load): the simulated
+# designs price those by their own events, not as the pooled engine's waiting calls
+DESIGN_ASKS = {"room_for_move", "take_for_move", "status"}
+
+
 def test_the_waiting_calls_are_the_ray_peers_asks():
-    assert asking_methods("RemoteRManager") == WAITING_CALLS
+    assert asking_methods("RemoteRManager") - DESIGN_ASKS == WAITING_CALLS
     assert asking_methods("RemoteTables") == {"__contains__", "__getitem__"}  # a look at a peer's tables
 
 
