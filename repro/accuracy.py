@@ -15,23 +15,23 @@ def _sim_vs_real(path: Path) -> list[dict]:
     arms = [("local", data.get("errors") or {})]
     if isinstance(data.get("pooled_arm"), dict):
         arms.append(("pooled Ray", data["pooled_arm"].get("errors") or {}))
-    lamina = data.get("lamina_arm")
-    if isinstance(lamina, dict):
-        arms.append(("Lamina Ray", lamina.get("errors") or {}))
+    designs = {label: data[key] for key, label in (("lamina_arm", "Lamina Ray"), ("pd_arm", "pd Ray"))
+               if isinstance(data.get(key), dict)}  # arms of two designs on the same Ray instances
+    arms += [(label, arm.get("errors") or {}) for label, arm in designs.items()]
     where = f"{path.parent.name}, {data['machine']['device']}"
     for arm, errors in arms:
         for system, metrics in sorted(errors.items()):
             for metric, label in (("output_tok_s", "out tok/s"), ("mean_ttft_s", "TTFT")):
                 err = metrics.get(metric)
-                if err and (metric == "output_tok_s" or arm == "Lamina Ray"):
+                if err and (metric == "output_tok_s" or arm in designs):
                     rows.append(_row(f"sim-vs-real {arm} {system}: {label} median |err|",
                                      100 * err["median_abs_rel_err"], "%",
                                      f"{where}: {err['num_points']} points, worst "
                                      f"{100 * err['worst_abs_rel_err']:.1f}% at {err['worst_rate_per_s']:g} req/s"))
-    if isinstance(lamina, dict) and lamina.get("ranking"):
-        rank = lamina["ranking"]
-        for metric, label in (("output_tok_s", "max out tok/s"), ("mean_ttft_s", "median TTFT")):
-            rows.append(_row(f"sim-vs-real Lamina Ray: designs ranked by {label} as measured (1 yes, 0 no)",
+    for arm, design_arm in designs.items():
+        rank = design_arm.get("ranking")
+        for metric, label in (("output_tok_s", "max out tok/s"), ("mean_ttft_s", "median TTFT")) if rank else ():
+            rows.append(_row(f"sim-vs-real {arm}: designs ranked by {label} as measured (1 yes, 0 no)",
                              float(rank["same"][metric]), "",
                              f"{where}: measured {' > '.join(rank['measured'][metric])}, predicted "
                              f"{' > '.join(rank['predicted'][metric])} (best first)"))

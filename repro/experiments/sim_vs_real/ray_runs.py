@@ -1,6 +1,11 @@
 """What the Ray arms of sim-vs-real (pooled.py, lamina_arm.py) keep of a served run, and their saturation
 measurement: every request at once on each system's warmed-up engines."""
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import ray
+import torch
 
 from reference_impl.backends.ray.serving import instance_stats
 from reference_impl.serving.records import REJECTED
@@ -30,3 +35,117 @@ def measure_saturation(measure, systems, burst) -> dict:
         saturation[system] = {"output_tok_s": summary["output_tok_s"],
                               "rate_per_s": summary["num_finished"] / summary["makespan_s"], "engine": engine}
     return saturation
+
+
+def _ranks(points: list[dict], side: str, systems) -> dict:
+    """Designs best first by max output tok/s over the rates and by median TTFT over the rates."""
+    best = {s: max((p[f"{side}_output_tok_s"] or 0.0) for p in points if p["system"] == s) for s in systems}
+    ttft = {s: float(np.median([p[f"{side}_mean_ttft_s"] for p in points
+                                if p["system"] == s and p[f"{side}_mean_ttft_s"] is not None] or [np.inf]))
+            for s in systems}
+    return {"output_tok_s": sorted(systems, key=lambda s: -best[s]), "mean_ttft_s": sorted(systems, key=ttft.get)}
+
+
+def ranking(points: list[dict]) -> dict:
+    """Whether the simulator orders the designs of `points` as the real runs do (max output tok/s; median TTFT)."""
+    systems = tuple(dict.fromkeys(p["system"] for p in points))
+    measured, predicted = _ranks(points, "measured", systems), _ranks(points, "predicted", systems)
+    return {"measured": measured, "predicted": predicted,
+            "same": {m: measured[m] == predicted[m] for m in measured}}
+
+
+@dataclass(frozen=True, slots=True)
+class TwoDesignSetup:
+    """`num_instances` Ray instances of `blocks_per_instance` rBlocks each, serving two designs in turn."""
+
+    blocks_per_instance: int
+    block_size: int
+    max_batch_size: int
+    num_instances: int = 2
+
+
+def run_designs(spec, make_requests, setup, engine_runs: dict, simulated, *, label: str, multipliers, repeats: int,
+                seed: int, quick: bool, folder: Path, log, rates=None, extra=None) -> dict:
+    """Measured and simulated runs of each design of `engine_runs` (system -> (EngineConfig, serve kwargs)) on the
+    same Ray instances and requests at every rate; `simulated(base, perf, requests) -> {system: SimConfig}` on the
+    calibration taken just before each rate (`base` the pooled arm's SimConfig of the first system's config), and
+    `extra(system, base, perf, requests) -> dict` what a run's record adds."""
+    from reference_impl.backends.ray import RayConfig, init_ray
+    from reference_impl.backends.ray.serving import RayServer
+    from reference_impl.calibration.links import GLOO
+    from reference_impl.calibration.model import CalibratedPerfModel
+    from reference_impl.control.gmanager import GManagerConfig
+    from reference_impl.model.llama import random_model
+    from reference_impl.systems.run import simulate
+    from repro.experiments.sim_vs_real.calibration import (CPU_HARDWARE, add_measured_link, calibrate,
+                                                           calibration_record)
+    from repro.experiments.sim_vs_real.points import make_points
+    from repro.experiments.sim_vs_real.pooled import CALIBRATION_CLOCK, PooledSetup, sim_config
+    from repro.load import load_1m
+    from repro.progress import progress
+
+    systems = tuple(engine_runs)
+    model = random_model(spec, seed, torch.float32)
+    threads_before = torch.get_num_threads()
+    ray_config = RayConfig(num_cpus=setup.num_instances, cpus_per_instance=1.0 / len(systems))
+    pooled_setup = PooledSetup(setup.num_instances, setup.blocks_per_instance, setup.block_size,
+                               setup.max_batch_size)
+    gm_config = GManagerConfig()
+
+    def measure(system: str, requests) -> tuple[dict, dict]:
+        config, serving = engine_runs[system]
+        return served_summary(*server.serve(requests, config, seed=seed, **serving))
+
+    loads, calibrations, burst = [load_1m()], [], make_requests(float("inf"))
+
+    def calibrated(repeat: int, rate: float) -> Path:
+        torch.set_num_threads(1)  # as each instance's actor runs
+        path = calibrate(spec, torch.device("cpu"), torch.float32, seed, burst, setup.max_batch_size,
+                         CALIBRATION_CLOCK, quick, folder, 1000 + len(calibrations))
+        link_s = add_measured_link(path)
+        calibrations.append({"system": label, "repeat": repeat, "rate_per_s": rate,
+                             **calibration_record(path, load_1m()), "link_one_way_s": link_s})
+        return path
+
+    def perf_of(path: Path):
+        return CalibratedPerfModel.for_setting(model=spec.name, gpu=CPU_HARDWARE, link=GLOO, coefficients_path=path)
+
+    started = init_ray(ray_config)
+    server = None
+    try:
+        server = RayServer(model, ray_config, gmanager_config=gm_config, perf_model=perf_of(calibrated(-1, 0.0)))
+        saturation = measure_saturation(measure, systems, burst)
+        top = max(s["rate_per_s"] for s in saturation.values())
+        rates = rates or tuple(float(f"{top * m:.3g}") for m in multipliers)
+        log(f"  {label}: saturation " + ", ".join(f"{s} {v['output_tok_s']:.1f} tok/s ({v['rate_per_s']:.3g} req/s)"
+                                                  for s, v in saturation.items())
+            + f"; rates {', '.join(f'{r:g}' for r in rates)}; load {loads[-1]}")
+        runs = []
+        for repeat, rate in progress([(k, r) for k in range(repeats) for r in rates], desc=label, unit="rate"):
+            requests = make_requests(rate)
+            path = calibrated(repeat, rate)
+            perf = perf_of(path)
+            base = sim_config(engine_runs[systems[-1]][0], gm_config, pooled_setup, spec.name, path)
+            sims = simulated(base, perf, requests)
+            for system in systems:
+                load_before = load_1m()
+                measured, stats = measure(system, requests)
+                loads.append(load_1m())
+                predicted = asdict(run_summary(simulate(sims[system], requests)))
+                runs.append({"system": system, "num_instances": setup.num_instances, "repeat": repeat,
+                             "rate_per_s": rate, "measured": measured, "predicted": predicted, "engine": stats,
+                             "loadavg_1m_before": load_before, "loadavg_1m_after": loads[-1],
+                             **(extra(system, base, perf, requests) if extra else {})})
+                log(f"  {label} {system:<12} rate {rate:g}/s: measured {measured['output_tok_s']:.1f} tok/s, "
+                    f"predicted {predicted['output_tok_s']:.1f}; TTFT {1e3 * (measured['mean_ttft_s'] or 0):.0f} vs "
+                    f"{1e3 * (predicted['mean_ttft_s'] or 0):.0f} ms; step {stats['step_ms']:.1f} ms; load {loads[-1]}")
+    finally:
+        if server is not None:
+            server.close()
+        torch.set_num_threads(threads_before)
+        if started:
+            ray.shutdown()
+    points = make_points(runs)
+    return {"setup": asdict(setup), "systems": list(systems), "saturation": saturation, "rates_per_s": list(rates),
+            "calibrations": calibrations, "runs": runs, "points": points, "ranking": ranking(points),
+            "loadavg_1m": {"min": min(loads), "max": max(loads), "median": float(np.median(loads))}}
