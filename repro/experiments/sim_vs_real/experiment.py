@@ -47,10 +47,12 @@ SYSTEM = "infinite-llm"  # the local engine: one instance, so no pooling partner
 # rates as multiples of the measured saturation rate: light load to well past it (the saturation measurement moves
 # with the load other work puts on a shared machine)
 QUICK = dict(num_requests=16, repeats=1, max_tokens=96, multipliers=(0.3, 0.6, 1.2, 2.4),
-             pooled_requests=60, pooled_multipliers=(0.4, 1.6), lamina_multipliers=(0.4, 1.6), pd_multipliers=(0.4, 1.6))
+             pooled_requests=60, pooled_multipliers=(0.4, 1.6), lamina_multipliers=(0.4, 1.6), pd_multipliers=(0.4, 1.6),
+             llumnix_multipliers=(0.4, 1.6))
 FULL = dict(num_requests=32, repeats=3, max_tokens=128, multipliers=(0.25, 0.5, 1.0, 2.0, 4.0),
             pooled_requests=200, pooled_multipliers=(0.2, 0.4, 0.7, 1.0, 1.5, 3.0),
-            lamina_multipliers=(0.25, 0.5, 1.0, 2.0), pd_multipliers=(0.25, 0.5, 1.0, 2.0))
+            lamina_multipliers=(0.25, 0.5, 1.0, 2.0), pd_multipliers=(0.25, 0.5, 1.0, 2.0),
+            llumnix_multipliers=(0.25, 0.5, 1.0, 2.0))
 PARAMS = (
     Param("trace", int, 1, "infinite-llm Table 1 trace whose request lengths are served (scaled)"),
     Param("num_requests", int, None, "requests per point (default 32; 16 with --quick)"),
@@ -78,6 +80,11 @@ PARAMS = (
           choices=("auto", "off")),
     Param("pd_rates", float_list, None, "the pd arm's rates per second (default: fractions of its measured "
           "saturation)"),
+    Param("llumnix", str, "auto", "the Llumnix arm: Llumnix (live migration between 2 Ray instances) and "
+          "Infinite-LLM on the same 2, the local arm's requests, where Ray and 2 cores exist (auto), or not",
+          choices=("auto", "off")),
+    Param("llumnix_rates", float_list, None, "the Llumnix arm's rates per second (default: fractions of its "
+          "measured saturation)"),
     Param("pooled_instances", int, 2, "instances of the pooled arm"),
     Param("pooled_requests", int, None, "requests per point of the pooled arm (default 200; 60 with --quick)"),
     Param("pooled_rates", float_list, None, "the pooled arm's rates per second (default: fractions of its measured "
@@ -198,9 +205,15 @@ def run(params: RunParams, log) -> dict:
                 lamina_status = "ran: 1 compute + 1 memory Ray instance (Lamina), 2 (Infinite-LLM), on the wall clock"
             pd_status, pd_arm = _ray_arm_status(extra["pd"], device.type, 2, "pd"), None
             if pd_status is None:
-                pd_arm = _run_pd(spec, make, max_tokens, size, repeats, params, Path(tmp), log)
+                pd_arm = _run_two_designs("pd", spec, make, max_tokens, size, repeats, params, Path(tmp), log)
                 loads += [pd_arm["loadavg_1m"]["min"], pd_arm["loadavg_1m"]["max"]]
                 pd_status = "ran: 1 prefill + 1 decode Ray instance (pd), 2 (Infinite-LLM), on the wall clock"
+            llumnix_status, llumnix_arm = _ray_arm_status(extra["llumnix"], device.type, 2, "Llumnix"), None
+            if llumnix_status is None:
+                llumnix_arm = _run_two_designs("llumnix", spec, make, max_tokens, size, repeats, params, Path(tmp),
+                                               log)
+                loads += [llumnix_arm["loadavg_1m"]["min"], llumnix_arm["loadavg_1m"]["max"]]
+                llumnix_status = "ran: 2 Ray instances each (Llumnix, Infinite-LLM), on the wall clock"
     finally:
         torch.set_num_threads(threads_before)
     points = make_points(runs)
@@ -214,7 +227,8 @@ def run(params: RunParams, log) -> dict:
             "vllm": vllm_status, **({"vllm_arm": vllm_arm} if vllm_arm else {}),
             "pooled": pooled_status, **({"pooled_arm": pooled_arm} if pooled_arm else {}),
             "lamina": lamina_status, **({"lamina_arm": lamina_arm} if lamina_arm else {}),
-            "pd": pd_status, **({"pd_arm": pd_arm} if pd_arm else {})}
+            "pd": pd_status, **({"pd_arm": pd_arm} if pd_arm else {}),
+            "llumnix": llumnix_status, **({"llumnix_arm": llumnix_arm} if llumnix_arm else {})}
 
 
 def _ms(value) -> str:
@@ -275,17 +289,21 @@ def _run_lamina(spec, make, max_tokens: int, size: dict, repeats: int, params: R
     return {**arm, "max_tokens": max_tokens, "errors": error_table(arm["points"])}
 
 
-def _run_pd(spec, make, max_tokens: int, size: dict, repeats: int, params: RunParams, folder: Path, log) -> dict:
-    from repro.experiments.sim_vs_real.pd_arm import run_pd_arm  # needs ray: checked above
+def _run_two_designs(arm: str, spec, make, max_tokens: int, size: dict, repeats: int, params: RunParams,
+                     folder: Path, log) -> dict:
+    """The pd or the Llumnix arm: the design and Infinite-LLM on the same 2 Ray instances."""
+    from repro.experiments.sim_vs_real.llumnix_arm import run_llumnix_arm  # needs ray: checked above
+    from repro.experiments.sim_vs_real.pd_arm import run_pd_arm
     from repro.experiments.sim_vs_real.ray_runs import TwoDesignSetup
 
     max_batch = params.extra["max_batch_size"]
-    # the decode instance holds every running request whole: no preemption on either side
+    # an instance holds every running request whole: no preemption on either side
     setup = TwoDesignSetup(blocks_per_instance=max_batch * num_blocks_for(max_tokens, POOLED_BLOCK_SIZE) + 1,
                            block_size=POOLED_BLOCK_SIZE, max_batch_size=max_batch)
-    arm = run_pd_arm(spec, make, setup, multipliers=size["pd_multipliers"], repeats=repeats, seed=params.seed,
-                     quick=params.quick, folder=folder, log=log, rates=params.extra.get("pd_rates"))
-    return {**arm, "max_tokens": max_tokens, "errors": error_table(arm["points"])}
+    run_arm = {"pd": run_pd_arm, "llumnix": run_llumnix_arm}[arm]
+    result = run_arm(spec, make, setup, multipliers=size[f"{arm}_multipliers"], repeats=repeats, seed=params.seed,
+                     quick=params.quick, folder=folder, log=log, rates=params.extra.get(f"{arm}_rates"))
+    return {**result, "max_tokens": max_tokens, "errors": error_table(result["points"])}
 
 
 def _vllm_status(mode: str, device_type: str) -> str | None:
