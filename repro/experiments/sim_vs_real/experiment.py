@@ -15,6 +15,8 @@ vLLM-M, and simulates the same with the machine's gloo link measured beside the 
 missing, or with --param pooled=off, it is recorded as skipped. The Lamina arm
 (repro/experiments/sim_vs_real/lamina_arm.py) serves the local arm's requests with Lamina's offloading (one compute
 and one memory Ray instance) and with Infinite-LLM on the same two, and simulates both (--param lamina=off: skipped).
+The pd and Llumnix arms (pd_arm.py, llumnix_arm.py) do the same with prefill/decode disaggregation and with
+Llumnix's migration; they run in full runs, with --quick only when asked (--param pd=on, llumnix=on).
 """
 import os
 import tempfile
@@ -76,13 +78,13 @@ PARAMS = (
     Param("lamina_rates", float_list, None, "the Lamina arm's rates per second (default: fractions of its measured "
           "saturation)"),
     Param("pd", str, "auto", "the pd arm: prefill/decode disaggregation (1 prefill + 1 decode Ray instance) and "
-          "Infinite-LLM on the same 2, the local arm's requests, where Ray and 2 cores exist (auto), or not",
-          choices=("auto", "off")),
+          "Infinite-LLM on the same 2, the local arm's requests, where Ray and 2 cores exist (auto: full runs "
+          "only, keeping --quick short; on: --quick too), or not", choices=("auto", "on", "off")),
     Param("pd_rates", float_list, None, "the pd arm's rates per second (default: fractions of its measured "
           "saturation)"),
     Param("llumnix", str, "auto", "the Llumnix arm: Llumnix (live migration between 2 Ray instances) and "
-          "Infinite-LLM on the same 2, the local arm's requests, where Ray and 2 cores exist (auto), or not",
-          choices=("auto", "off")),
+          "Infinite-LLM on the same 2, the local arm's requests, where Ray and 2 cores exist (auto: full runs "
+          "only, keeping --quick short; on: --quick too), or not", choices=("auto", "on", "off")),
     Param("llumnix_rates", float_list, None, "the Llumnix arm's rates per second (default: fractions of its "
           "measured saturation)"),
     Param("pooled_instances", int, 2, "instances of the pooled arm"),
@@ -203,12 +205,12 @@ def run(params: RunParams, log) -> dict:
                 lamina_arm = _run_lamina(spec, make, max_tokens, size, repeats, params, Path(tmp), log)
                 loads += [lamina_arm["loadavg_1m"]["min"], lamina_arm["loadavg_1m"]["max"]]
                 lamina_status = "ran: 1 compute + 1 memory Ray instance (Lamina), 2 (Infinite-LLM), on the wall clock"
-            pd_status, pd_arm = _ray_arm_status(extra["pd"], device.type, 2, "pd"), None
+            pd_status, pd_arm = _full_arm_status(extra["pd"], params.quick, device.type, "pd"), None
             if pd_status is None:
                 pd_arm = _run_two_designs("pd", spec, make, max_tokens, size, repeats, params, Path(tmp), log)
                 loads += [pd_arm["loadavg_1m"]["min"], pd_arm["loadavg_1m"]["max"]]
                 pd_status = "ran: 1 prefill + 1 decode Ray instance (pd), 2 (Infinite-LLM), on the wall clock"
-            llumnix_status, llumnix_arm = _ray_arm_status(extra["llumnix"], device.type, 2, "Llumnix"), None
+            llumnix_status, llumnix_arm = _full_arm_status(extra["llumnix"], params.quick, device.type, "llumnix"), None
             if llumnix_status is None:
                 llumnix_arm = _run_two_designs("llumnix", spec, make, max_tokens, size, repeats, params, Path(tmp),
                                                log)
@@ -253,6 +255,13 @@ def _ray_arm_status(mode: str, device_type: str, num_instances: int, arm: str) -
     except ImportError:
         return "skipped: ray is not installed"
     return None
+
+
+def _full_arm_status(mode: str, quick: bool, device_type: str, arm: str) -> str | None:
+    """None where a two-design Ray arm runs (auto: full runs only, so that --quick stays short), else why not."""
+    if mode == "auto" and quick:
+        return f"skipped: --quick (--param {arm}=on runs it)"
+    return _ray_arm_status(mode, device_type, 2, arm)
 
 
 def _run_pooled(spec, extra: dict, size: dict, repeats: int, params: RunParams, folder: Path, log) -> dict:
