@@ -66,6 +66,19 @@ def caches_of(gen, num_inst=3, blocks=6):
     return caches, storage, {"dev": (k, v)}
 
 
+def assert_same_attention(plan, fresh, shared, layer, q, k, v):
+    """`plan` and `fresh` attend from the same K/V state: the same output and the same K/V writes."""
+    saved = {key: tuple(x.clone() for x in kv) for key, kv in shared.items()}
+    out_plan = plan.attend(layer, q, k, v)
+    after_plan = {key: tuple(x.clone() for x in kv) for key, kv in shared.items()}
+    for key, kv in shared.items():
+        for x, y in zip(kv, saved[key]):
+            x.copy_(y)
+    out_fresh = fresh.attend(layer, q, k, v)
+    torch.testing.assert_close(out_plan, out_fresh, atol=1e-6, rtol=1e-6)
+    assert all(torch.equal(x, y) for key in shared for x, y in zip(shared[key], after_plan[key]))
+
+
 def test_advanced_decode_plan_equals_a_fresh_one():
     gen = torch.Generator().manual_seed(3)
     caches, storage, shared = caches_of(gen)
@@ -78,15 +91,7 @@ def test_advanced_decode_plan_equals_a_fresh_one():
     advanced = first.advance([11, 7])
     fresh = StepKV(caches, tables, [11, 7], [1, 1], BS, False, "cpu", storage, shared)
     q, k, v = (torch.randn(2, h, D, generator=gen) for h in (HQ, HKV, HKV))
-    saved = {key: tuple(x.clone() for x in kv) for key, kv in shared.items()}
-    out_a = advanced.attend(1, q, k, v)
-    after_a = {key: tuple(x.clone() for x in kv) for key, kv in shared.items()}
-    for key, kv in shared.items():
-        for x, y in zip(kv, saved[key]):
-            x.copy_(y)
-    out_f = fresh.attend(1, q, k, v)
-    torch.testing.assert_close(out_a, out_f, atol=1e-6, rtol=1e-6)
-    assert all(torch.equal(x, y) for key in shared for x, y in zip(shared[key], after_a[key]))
+    assert_same_attention(advanced, fresh, shared, 1, q, k, v)
     assert first.advance([12, 7]) is None and fresh.advance([12, 9]) is None  # 9th token starts a block
 
 
@@ -134,15 +139,7 @@ def test_replanned_decode_plan_equals_a_fresh_one():
         assert replanned.whole_rows() is None or all(np.array_equal(x, y) for x, y in zip(replanned.whole_rows()[1:],
                                                                                              fresh.whole_rows()[1:]))
         q, k, v = (torch.randn(3, h, D, generator=gen) for h in (HQ, HKV, HKV))
-        saved = {key: tuple(x.clone() for x in kv) for key, kv in shared.items()}
-        out_r = replanned.attend(1, q, k, v)
-        after_r = {key: tuple(x.clone() for x in kv) for key, kv in shared.items()}
-        for key, kv in shared.items():
-            for x, y in zip(kv, saved[key]):
-                x.copy_(y)
-        out_f = fresh.attend(1, q, k, v)
-        torch.testing.assert_close(out_r, out_f, atol=1e-6, rtol=1e-6)
-        assert all(torch.equal(x, y) for key in shared for x, y in zip(shared[key], after_r[key]))
+        assert_same_attention(replanned, fresh, shared, 1, q, k, v)
         assert replanned.advance([7, 4, 8]) is not None  # the replanned plan advances like a fresh one
     first = StepKV(caches, spread, [4, 2, 6], [1, 1, 1], BS, False, "cpu", storage, shared)
     starts_block = first.replan([2], [5, 3, 7], [grown[2]], lambda: block_arrays(grown, locations))
