@@ -13,7 +13,7 @@ from reference_impl.control.request_move import RequestMoves
 from reference_impl.control.sequence import Status
 from reference_impl.errors import InputError
 from reference_impl.systems.pd_disagg.local import pd_engine_config
-from reference_impl.systems.pd_disagg.rules import freest_room
+from reference_impl.systems.pd_disagg.rules import check_split, freest_room
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,9 +24,7 @@ class HandOver:
     num_instances: int
 
     def __post_init__(self):
-        if not 1 <= self.num_prefill < self.num_instances:
-            raise InputError(f"a prefill/decode split needs 1 to {self.num_instances - 1} prefill instances of "
-                             f"{self.num_instances} (got {self.num_prefill})")
+        check_split(self.num_prefill, self.num_instances)
 
     @property
     def prefill(self) -> tuple[int, ...]:

@@ -11,7 +11,7 @@ from reference_impl.control.engine import Engine, EngineConfig
 from reference_impl.control.request_move import move_request, refusal
 from reference_impl.control.sequence import Sequence, Status
 from reference_impl.errors import InputError
-from reference_impl.systems.pd_disagg.rules import freest_decode, least_loaded
+from reference_impl.systems.pd_disagg.rules import check_split, freest_decode, least_loaded
 
 
 @dataclass(slots=True)
@@ -25,9 +25,7 @@ class LocalPD:
     """The split on `engine`'s instances: ids below `num_prefill` prefill, the rest decode."""
 
     def __init__(self, engine: Engine, num_prefill: int):
-        if not 1 <= num_prefill < engine.config.num_instances:
-            raise InputError(f"a prefill/decode split needs 1 to {engine.config.num_instances - 1} prefill "
-                             f"instances of {engine.config.num_instances} (got {num_prefill})")
+        check_split(num_prefill, engine.config.num_instances)
         if engine.config.pooling:
             raise InputError("prefill/decode disaggregation runs with pooling off (pd_engine_config)")
         self.engine, self.num_prefill = engine, num_prefill

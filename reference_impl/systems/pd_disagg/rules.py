@@ -1,6 +1,14 @@
 """The two choices of prefill/decode disaggregation, shared by its simulated policy (policy.py) and its real runs on
 the local engine (local.py) and on Ray (hand_over.py): which prefill instance takes a new request, and which decode
 instance takes a prefilled one."""
+from reference_impl.errors import InputError
+
+
+def check_split(num_prefill: int, num_instances: int) -> None:
+    """InputError unless the split keeps at least one prefill and one decode instance."""
+    if not 1 <= num_prefill < num_instances:
+        raise InputError(f"a prefill/decode split needs 1 to {num_instances - 1} prefill instances of "
+                         f"{num_instances} (got {num_prefill})")
 
 
 def least_loaded(prefill: list):
