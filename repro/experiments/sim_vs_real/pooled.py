@@ -48,7 +48,7 @@ from repro.experiments.sim_vs_real.calibration import (CPU_HARDWARE, add_engine_
 from repro.experiments.sim_vs_real.co_run import measure_co_run
 from repro.experiments.sim_vs_real.ray_steps import RaySteps
 from repro.experiments.sim_vs_real.points import make_points, run_summary
-from repro.experiments.sim_vs_real.ray_runs import measure_saturation, served_summary
+from repro.experiments.sim_vs_real.ray_runs import measure_saturation, rates_from, saturation_text, served_summary
 
 SYSTEMS = ("infinite-llm", "vllm-m")
 # The profile's ops are timed in process CPU time: on a shared machine wall-clock medians of the same op moved 40x
@@ -162,11 +162,9 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
                         "co_run_slowdown": co_run.cpu_ratio * core_share}
         log(f"  pooled arm: a step's CPU time beside the others {co_run.cpu_ratio:.2f}x alone, its wall time "
             f"{core_share:.2f}x its CPU time past saturation: co-run {engine_costs['co_run_slowdown']:.2f}")
-        top = max(s["rate_per_s"] for s in saturation.values())
-        rates = rates or tuple(float(f"{top * m:.3g}") for m in multipliers)
+        rates = rates_from(saturation, rates, multipliers)
         log(f"  pooled arm, {setup.num_instances} Ray instances of {setup.blocks_per_instance} rBlocks: saturation "
-            + ", ".join(f"{s} {v['output_tok_s']:.1f} tok/s ({v['rate_per_s']:.3g} req/s)" for s, v in
-                        saturation.items()) + f"; rates {', '.join(f'{r:g}' for r in rates)}; load {loads[-1]}")
+            f"{saturation_text(saturation, rates)}; load {loads[-1]}")
         runs = []
         for repeat, rate in progress([(k, r) for k in range(repeats) for r in rates], desc="pooled arm", unit="rate"):
             requests = make_requests(rate)

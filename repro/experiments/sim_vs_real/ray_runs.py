@@ -37,6 +37,17 @@ def measure_saturation(measure, systems, burst) -> dict:
     return saturation
 
 
+def rates_from(saturation: dict, rates, multipliers) -> tuple:
+    """`rates` where given, else `multipliers` of the fastest system's saturation rate (3 significant digits)."""
+    top = max(s["rate_per_s"] for s in saturation.values())
+    return tuple(rates) if rates else tuple(float(f"{top * m:.3g}") for m in multipliers)
+
+
+def saturation_text(saturation: dict, rates) -> str:
+    return (", ".join(f"{s} {v['output_tok_s']:.1f} tok/s ({v['rate_per_s']:.3g} req/s)" for s, v in saturation.items())
+            + f"; rates {', '.join(f'{r:g}' for r in rates)}")
+
+
 def _ranks(points: list[dict], side: str, systems) -> dict:
     """Designs best first by max output tok/s over the rates and by median TTFT over the rates."""
     best = {s: max((p[f"{side}_output_tok_s"] or 0.0) for p in points if p["system"] == s) for s in systems}
@@ -115,11 +126,8 @@ def run_designs(spec, make_requests, setup, engine_runs: dict, simulated, *, lab
     try:
         server = RayServer(model, ray_config, gmanager_config=gm_config, perf_model=perf_of(calibrated(-1, 0.0)))
         saturation = measure_saturation(measure, systems, burst)
-        top = max(s["rate_per_s"] for s in saturation.values())
-        rates = rates or tuple(float(f"{top * m:.3g}") for m in multipliers)
-        log(f"  {label}: saturation " + ", ".join(f"{s} {v['output_tok_s']:.1f} tok/s ({v['rate_per_s']:.3g} req/s)"
-                                                  for s, v in saturation.items())
-            + f"; rates {', '.join(f'{r:g}' for r in rates)}; load {loads[-1]}")
+        rates = rates_from(saturation, rates, multipliers)
+        log(f"  {label}: saturation {saturation_text(saturation, rates)}; load {loads[-1]}")
         runs = []
         for repeat, rate in progress([(k, r) for k in range(repeats) for r in rates], desc=label, unit="rate"):
             requests = make_requests(rate)
