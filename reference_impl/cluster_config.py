@@ -1,13 +1,12 @@
 """What a cluster is, for every backend (the simulator, the local engine, Ray): the model, the GPU, each instance's
-parallelism, the link between instances, the engine's knobs, the serving design and its knobs, and the gManager's
-cadence. The simulator's own fields sit beside these in its SimConfig (sim/config.py), which extends this one; a
+parallelism, the link between instances, the engine's knobs (the gManager's cadence among them), the serving design
+and its knobs. The simulator's own fields sit beside these in its SimConfig (sim/config.py), which extends this one; a
 design (systems/) reshapes a cluster config and is handed, looked up once by the caller, to the backend that runs it."""
 from dataclasses import dataclass
 
 from reference_impl.calibration.links import DEFAULT_LINK
 from reference_impl.calibration.specs import model_spec
-from reference_impl.control.engine_config import GMANAGER_INTERVAL_S, EngineConfig
-from reference_impl.errors import InputError
+from reference_impl.control.engine_config import EngineConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,8 +18,7 @@ class ClusterConfig:
     # Link between instances for remote MicroAttention and KV moves: "inter-node" is Vidur's measured A100 DGX
     # send/recv (~7.8 GB/s at 64 MB); "intra-node" NVLink; or a bandwidth in GB/s ("0.125": the paper's Ethernet).
     link: str = DEFAULT_LINK
-    gmanager_interval_s: float = GMANAGER_INTERVAL_S  # heartbeats + gManager round (recalls, Algorithm 1, DGFM)
-    engine: EngineConfig = EngineConfig()  # the instances, pooling and the control plane's knobs
+    engine: EngineConfig = EngineConfig()  # the instances, pooling and the control plane's knobs (gManager cadence)
     # The serving design whose policies run this cluster (reference_impl/systems/catalog.py), and its own knobs
     # (a frozen dataclass of that design's; None: its defaults). Knobs whose design's instances differ in shape
     # count the cluster's GPUs themselves (a `cluster_gpus(config)` method).
@@ -28,9 +26,12 @@ class ClusterConfig:
     design_knobs: object | None = None
 
     def __post_init__(self):
-        if not self.gmanager_interval_s > 0:
-            raise InputError(f"gManager interval must be > 0 s (got {self.gmanager_interval_s})")
         model_spec(self.model)
+
+    @property
+    def gmanager_interval_s(self) -> float | None:
+        """Seconds between the gManager's rounds (None: none), the engine config's."""
+        return self.engine.gmanager.interval_s
 
     @property
     def num_gpus(self) -> int:

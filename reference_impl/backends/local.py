@@ -146,9 +146,9 @@ def check_prompts(model: LlamaModel, prompts: list[list[int]]) -> None:
 def generate(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int, config: EngineConfig, *,
              ignore_eos: bool = False, record_logits: bool = False, on_step=None, device="cpu",
              sampling: SamplingParams = GREEDY, eager: bool | None = None,
-             gpu_memory_utilization: float | None = None) -> GenerationResult:
+             gpu_memory_utilization: float | None = None, clock=time.perf_counter) -> GenerationResult:
     """Generation of every prompt on a local cluster on `device` (greedy unless `sampling` says otherwise);
-    `on_step(engine)` runs after each step. `eager`: see LocalBackend (CUDA graphs for decode on a GPU unless
+    `on_step(engine)` runs after each step; `clock`: the engine's, for the gManager's interval (control/engine.py). `eager`: see LocalBackend (CUDA graphs for decode on a GPU unless
     True). `gpu_memory_utilization`: on a GPU, size each instance's device-tier KV pool from that fraction of the
     memory left after a warm-up prefill (kv_pool.py) instead of `config.blocks_per_instance`; printed."""
     check_prompts(model, prompts)
@@ -157,7 +157,7 @@ def generate(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int, c
     model = to_device(model, device)
     config = sized_config(model, config, device, gpu_memory_utilization)
     backend = LocalBackend(model, config, device=device, record_logits=record_logits, eager=eager)
-    engine = Engine(config, backend)
+    engine = Engine(config, backend, clock=clock)
     eos = None if ignore_eos else model.config.eos_token_id
     seqs = [Sequence(i, list(p), max_new_tokens, eos, sampling=sampling) for i, p in enumerate(prompts)]
     for seq in seqs:
@@ -201,7 +201,7 @@ def serve(model: LlamaModel, requests, config: EngineConfig, *, seed: int = 0, d
     """Serve `requests` (workloads.Request) on a local engine against the clock ("wall", or "cpu": this process's
     CPU time, see backends/clock.py); returns a ServingRun (serving/records.py) like the simulator's. Prompts are
     random token ids from `seed`."""
-    engine = Engine(config, LocalBackend(to_device(model, device), config, device=device, eager=eager))
-    prompts = random_prompts(requests, model.config.vocab_size, seed)
     now, sleep = make_clock(clock)
+    engine = Engine(config, LocalBackend(to_device(model, device), config, device=device, eager=eager), clock=now)
+    prompts = random_prompts(requests, model.config.vocab_size, seed)
     return serve_on_clock(engine, requests, prompts, time_limit_s=time_limit_s, clock=now, sleep=sleep)

@@ -1,9 +1,12 @@
 """The cluster: instances, their rManagers and the gManager, driven step by step on any backend.
 
 Dispatch sends a new request to the instance with the most free memory; every step each rManager sends a
-heartbeat, every `gmanager_interval_steps` the gManager runs a round (recalls + Algorithm 1, then DGFM) and
-its `move_kvcache` decisions go to the requests' home rManagers, which move KV in chunks.
+heartbeat; at the first step after each `config.gmanager.interval_s` on the engine's clock the gManager runs a
+round (recalls + Algorithm 1, then DGFM) and its `move_kvcache` decisions go to the requests' home rManagers, which
+move KV in chunks.
 """
+import itertools
+import time
 from functools import partial
 
 import numpy as np
@@ -21,7 +24,13 @@ from reference_impl.control.cluster_index import DispatchIndex, IdleIndex, NeedI
 from reference_impl.control.room import ClusterRoom
 from reference_impl.control.sequence import Sequence, num_blocks_for
 
-__all__ = ["CHUNKED_UNSUPPORTED", "Engine", "EngineConfig", "GManagerConfig"]
+__all__ = ["CHUNKED_UNSUPPORTED", "Engine", "EngineConfig", "GManagerConfig", "step_clock"]
+
+
+def step_clock():
+    """The engine's step count as its clock (each call one step later): a gManager round every `interval_s` steps,
+    the same in every run (tests, a run compared step by step)."""
+    return itertools.count().__next__
 
 
 CHUNKED_UNSUPPORTED = ("this backend prefills whole prompts only (chunked prefill runs on the sim, local and Ray "
@@ -30,8 +39,9 @@ CHUNKED_UNSUPPORTED = ("this backend prefills whole prompts only (chunked prefil
 
 class Engine:
     def __init__(self, config: EngineConfig, backend: Backend, *, perf_model: PerfModel | None = None,
-                 placement: Placement = Placement()):
-        """`placement`: a design's own rules for where KV goes (control/placement.py), given to every instance."""
+                 placement: Placement = Placement(), clock=time.perf_counter):
+        """`placement`: a design's own rules for where KV goes (control/placement.py), given to every instance;
+        `clock() -> seconds`: what the gManager's interval is measured on (a serving loop passes its own)."""
         self.config = config
         self.backend = backend
         self.gmanager = GManager(config, perf_model)
@@ -47,6 +57,9 @@ class Engine:
                                                  retrieval=retrieval, placement=placement))
         self.rmanagers = peers
         self.num_steps = 0
+        self.num_rounds = 0  # gManager rounds run
+        self.clock = clock
+        self._next_round_s = None if not config.runs_gmanager_rounds else float("-inf")
         self.num_swaps = 0  # DGFM swaps carried out
         self._sent = Memo()  # inst_id -> its state at its last heartbeat, per gManager
         self._heard = Memo()  # (gManager, changes) at the last heartbeats
@@ -229,9 +242,11 @@ class Engine:
 
     def step(self) -> list[Sequence]:
         self.heartbeats()
-        interval = self.config.gmanager_interval_steps
-        if self.config.pooling and interval and self.num_steps % interval == 0:
+        now_s = None if self._next_round_s is None else self.clock()
+        if now_s is not None and now_s >= self._next_round_s:
+            self._next_round_s = now_s + self.config.gmanager.interval_s
             self.gmanager_round()
+            self.num_rounds += 1
         finished = []
         for inst in self.instances:
             finished += inst.step(self.backend)

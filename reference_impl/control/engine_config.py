@@ -1,26 +1,28 @@
 """The engine's knobs, each declared once: the cluster's (EngineConfig) and the gManager's (GManagerConfig, held
 by EngineConfig). The simulator's config holds an EngineConfig beside its own fields (sim/config.py)."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from reference_impl.errors import InputError
 from reference_impl.control.sequence import Sequence, num_blocks_for
 
-# The gManager's cadence, seconds between its rounds (heartbeats, recalls, Algorithm 1, DGFM), declared here only:
-# a cluster's (ClusterConfig.gmanager_interval_s, the simulator's clock), and a real engine's on the small machines
-# it is run and checked on, whose runs last seconds (RayConfig.gmanager_interval_s; sim-vs-real's pooled arm passes
-# it to both sides). The local engine, which has no clock of its own, counts steps (gmanager_interval_steps).
+# The gManager's cadence, seconds between its rounds (heartbeats, recalls, Algorithm 1, DGFM): one field
+# (GManagerConfig.interval_s) read by every backend, on the simulator's clock, the local engine's and Ray's timer.
 GMANAGER_INTERVAL_S = 1.0
-REAL_GMANAGER_INTERVAL_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
 class GManagerConfig:
+    interval_s: float | None = GMANAGER_INTERVAL_S  # between rounds; None: no rounds (spilling still asks it)
     beta_thres: int = 16  # debtors: batch <= beta_thres
     util_thres: float = 0.7  # creditors: memory utilisation <= U_thres
     num_candidates: int | None = 3  # creditor recommendations per query (distkv-llm 4.4); None: every instance
     instances_per_node: int = 8  # locality: creditors on the debtor's node come first
     dgfm_min_blocks: int = 1  # DGFM swaps a cycle only when its smallest debt is at least this
     max_k_evals: int | None = None  # Algorithm 1's block-count search: None = every k; else coarse-to-fine
+
+    def __post_init__(self):
+        if self.interval_s is not None and not self.interval_s > 0:
+            raise InputError(f"gManager interval must be > 0 s (got {self.interval_s})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +35,6 @@ class EngineConfig:
     pooling: bool = True  # False: KV never leaves its instance (vLLM-M); preempt by recompute instead
     max_lent_blocks: int | None = None  # cap on rBlocks lent to remote instances; None = no cap
     move_chunk_tokens: int = 16  # KV moved per instance and step
-    gmanager_interval_steps: int = 8  # 0: no gManager rounds (spilling still asks it for creditors)
     dgfm: bool = True
     # True: infinite-llm 5.2, no instance borrows and lends at once (the rManagers refuse it, the gManager never
     # recommends a debtor as a creditor); False: distkv-llm 4.5 (DGFM cancels the cycles). Algorithm 1 keeps 5.2's rule
@@ -51,6 +52,15 @@ class EngineConfig:
             raise InputError(f"chunked prefill needs at least one block of tokens per step ({self.block_size})")
         if self.blocks_per_instance < 0 or self.cpu_blocks_per_instance < 0:
             raise InputError("block counts must be non-negative")
+
+    @property
+    def runs_gmanager_rounds(self) -> bool:
+        """Whether the gManager's rounds run: only a pooled cluster moves KV, and only with an interval."""
+        return self.pooling and self.gmanager.interval_s is not None
+
+    def without_gmanager_rounds(self) -> "EngineConfig":
+        """This config with no gManager rounds (a design that never rebalances KV by moves)."""
+        return replace(self, gmanager=replace(self.gmanager, interval_s=None))
 
     @property
     def blocks_per_instance_total(self) -> int:

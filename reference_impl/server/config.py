@@ -1,8 +1,8 @@
 """What `repro serve` serves: the server's knobs (ServerConfig) and the model, tokenizer and engine they make."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from reference_impl.control.engine_config import EngineConfig
+from reference_impl.control.engine_config import GMANAGER_INTERVAL_S, EngineConfig, GManagerConfig
 from reference_impl.control.engine_run import EngineRun
 from reference_impl.errors import InputError
 
@@ -26,6 +26,7 @@ class ServerConfig:
     max_queue: int = 256  # requests waiting for their first token before new ones get 503
     default_max_tokens: int = 16  # when a request gives none (the OpenAI completions default)
     seed: int = 0
+    gmanager_interval_s: float = GMANAGER_INTERVAL_S  # a pooled engine's rounds (a design without rounds: none)
 
     def __post_init__(self):
         if self.max_queue < 1 or self.default_max_tokens < 1:
@@ -51,7 +52,7 @@ class ServerConfig:
             return EngineRun(EngineConfig(num_instances=self.num_instances, blocks_per_instance=self.blocks_per_instance,
                                           block_size=self.block_size, max_batch_size=self.max_batch_size,
                                           pooling=self.pooling, chunked_prefill_tokens=self.chunked_prefill_tokens,
-                                          seed=self.seed))
+                                          seed=self.seed, gmanager=GManagerConfig(interval_s=self.gmanager_interval_s)))
         from reference_impl.systems.catalog import design
 
         if self.chunked_prefill_tokens is not None:
@@ -61,7 +62,10 @@ class ServerConfig:
         if self.backend == "local" and run != EngineRun(run.config):
             raise InputError(f"--system {self.system} is served with --backend ray: the local server runs no "
                              "design's placement, dispatch or moves")
-        return run
+        if not run.config.runs_gmanager_rounds:
+            return run
+        gmanager = replace(run.config.gmanager, interval_s=self.gmanager_interval_s)
+        return replace(run, config=replace(run.config, gmanager=gmanager))
 
 
 @dataclass(frozen=True)

@@ -67,9 +67,7 @@ class LocalDriver(_Driver):
 
     def step(self) -> int:
         """One engine step; the gManager rounds it ran (0 or 1)."""
-        engine, config = self.engine, self.engine.config
-        interval = config.gmanager_interval_steps
-        round_due = int(bool(config.pooling and interval and engine.num_steps % interval == 0))
+        engine, rounds = self.engine, self.engine.num_rounds
         decoding = [(inst, seq, len(seq.output_ids)) for inst in engine.instances for seq in inst.scheduler.running]
         engine.step()
         engine.finished.clear()  # (the engine keeps every finished request; a server must not)
@@ -77,7 +75,7 @@ class LocalDriver(_Driver):
             if len(seq.output_ids) == before + 1:
                 holders = inst.rm.holders_by_req.get(seq.req_id) or seq.placement
                 self.remote_attention_bytes += self.remote_bytes_per_holder * sum(i != inst.inst_id for i in holders)
-        return round_due
+        return engine.num_rounds - rounds
 
     def failed(self) -> dict[int, str]:
         return {}

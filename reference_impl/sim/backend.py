@@ -224,9 +224,8 @@ class SimBackend:
 def build_engine(config: SimConfig, backend: SimBackend, placement: Placement = Placement()) -> Engine:
     """The engine of `config`'s cluster on `backend` (its cost model also feeds the gManager's Algorithm 1):
     `config.engine` with the rBlocks an instance holds, the gManager's node locality of instances of tp x pp GPUs
-    (8 a node), no rounds by step count (the simulator runs them by time), and the design's `placement`."""
+    (8 a node), and the design's `placement`. Its rounds run as the simulator's events (events.py), not in steps."""
     engine_config = replace(config.engine, blocks_per_instance=blocks_per_instance(config, backend.model),
-                            gmanager_interval_steps=0,
                             gmanager=replace(config.engine.gmanager,
                                              instances_per_node=max(1, 8 // (config.tp * config.pp))))
     engine = Engine(engine_config, backend, perf_model=backend.model, placement=placement)

@@ -39,7 +39,7 @@ class SimConfig(ClusterConfig):
 
     def __post_init__(self):
         ClusterConfig.__post_init__(self)
-        if not 0 <= self.gmanager_latency_s < self.gmanager_interval_s:
+        if not 0 <= self.gmanager_latency_s < (self.gmanager_interval_s or float("inf")):
             raise InputError(f"gManager round latency must be >= 0 s and under the interval "
                              f"({self.gmanager_interval_s} s); got {self.gmanager_latency_s}")
         gpus_per_node = gpu_entry(self.gpu)["gpus_per_node"] if self.coefficients_path is None else 1

@@ -104,7 +104,7 @@ class Policy:
     @property
     def runs_gmanager(self) -> bool:
         """Whether the gManager's rounds (heartbeats, recalls, Algorithm 1, DGFM) run every gmanager_interval_s."""
-        return self.config.engine.pooling
+        return self.config.engine.runs_gmanager_rounds
 
     def start(self) -> list[Event]:
         """The design's own first events (e.g. a periodic round), scheduled as the run begins."""

@@ -48,8 +48,8 @@ def prefilled_engine(model, batch, prompt_len, num_steps, num_instances, block_s
     the KV, so the rest spills onto the others."""
     total = batch * num_blocks_for(prompt_len + num_steps, block_size)
     per_instance = -(-total // num_instances) + (num_instances > 1)
-    config = EngineConfig(num_instances, per_instance, block_size=block_size, max_batch_size=batch,
-                          gmanager_interval_steps=0)
+    config = EngineConfig(num_instances, per_instance, block_size=block_size,
+                          max_batch_size=batch).without_gmanager_rounds()
     engine = Engine(config, LocalBackend(model, config))
     for i in range(batch):
         engine.instances[0].scheduler.add(Sequence(i, rng.integers(0, model.config.vocab_size, prompt_len).tolist(),

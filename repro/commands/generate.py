@@ -5,7 +5,7 @@ import click
 
 from repro.exit_codes import RequestsFailedExit
 from reference_impl.control.sampling import MAX_TEMPERATURE
-from repro.options import parse_int_list, seed_option
+from repro.options import gmanager_interval_option, parse_int_list, seed_option
 
 MAX_INSTANCES = 256  # instances of one process (each a model replica); more is a cluster's job (--backend ray)
 MAX_TOKENS = 10**7  # per prompt or generation: far beyond what a CPU run finishes
@@ -63,9 +63,10 @@ def check_kv_fits_memory(model_config, instances: int, blocks_per_instance: int,
 @click.option("--gpus-per-instance", default=None, type=click.FloatRange(min=0),
               help="With --backend ray: GPUs of each instance's placement-group bundle (default 0: run on CPU; 1 with "
                    "--device cuda).")
+@gmanager_interval_option
 def generate(model_spec, instances, blocks_per_instance, block_size, prompt_texts, prompt_ids, prompt_len,
              max_new_tokens, no_pooling, chunked_prefill_tokens, ignore_eos, seed, device, temperature, top_p,
-             sampling_seed, as_json, backend, address, ray_cpus, gpus_per_instance):
+             sampling_seed, as_json, backend, address, ray_cpus, gpus_per_instance, gmanager_interval_s):
     """Generation on the engine: the tokens (and text), where each request's rBlocks ended up, wall time and tok/s.
 
     Greedy unless --temperature > 0. --seed seeds the tiny model's weights, the --prompt-len prompt and the engine's
@@ -77,7 +78,7 @@ def generate(model_spec, instances, blocks_per_instance, block_size, prompt_text
     import numpy as np
 
     from reference_impl.backends.local import generate as run_generate
-    from reference_impl.control.engine import EngineConfig
+    from reference_impl.control.engine import EngineConfig, GManagerConfig
     from reference_impl.control.sampling import SamplingParams
     from reference_impl.model.resolve import resolve_model
 
@@ -108,7 +109,8 @@ def generate(model_spec, instances, blocks_per_instance, block_size, prompt_text
                            seed=seed, as_json=as_json)
         return
     config = EngineConfig(num_instances=instances, blocks_per_instance=blocks_per_instance, block_size=block_size,
-                          pooling=not no_pooling, seed=seed, chunked_prefill_tokens=chunked_prefill_tokens)
+                          pooling=not no_pooling, seed=seed, chunked_prefill_tokens=chunked_prefill_tokens,
+                          gmanager=GManagerConfig(interval_s=gmanager_interval_s))
     failed = {}  # request index -> why it could not finish (the Ray backend, when an instance dies)
     if backend == "ray":
         from reference_impl.backends.ray import RayConfig

@@ -1,7 +1,7 @@
 import click
 
 from reference_impl.systems.catalog import DESIGN_NAMES
-from repro.options import seed_option
+from repro.options import gmanager_interval_option, seed_option
 
 MAX_INSTANCES = 256  # as `repro generate`: more is a cluster's job
 
@@ -38,9 +38,10 @@ MAX_INSTANCES = 256  # as `repro generate`: more is a cluster's job
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @seed_option
+@gmanager_interval_option
 def serve(model_spec, served_model_name, host, port, instances, blocks_per_instance, block_size, max_batch_size,
           no_pooling, chunked_prefill_tokens, system, max_queue, default_max_tokens, backend, address, ray_cpus,
-          log_level, seed):
+          log_level, seed, gmanager_interval_s):
     """An OpenAI-compatible server over the engine (completions, chat, streaming, metrics).
 
     Local backend: --instances in this process, KV pooled; --backend ray: each a Ray actor. Endpoints
@@ -57,7 +58,7 @@ def serve(model_spec, served_model_name, host, port, instances, blocks_per_insta
                           max_batch_size=max_batch_size, pooling=not no_pooling,
                           chunked_prefill_tokens=chunked_prefill_tokens, system=system, max_queue=max_queue,
                           default_max_tokens=default_max_tokens, backend=backend, ray_address=address,
-                          ray_cpus=ray_cpus, seed=seed)
+                          ray_cpus=ray_cpus, seed=seed, gmanager_interval_s=gmanager_interval_s)
     served = load_served(config)  # a bad --model fails here, in one line, before the port is taken
     if backend == "local":
         check_kv_fits_memory(served.model.config, instances, blocks_per_instance, block_size,

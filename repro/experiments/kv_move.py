@@ -53,7 +53,7 @@ def measure_local(batch_size: int, prompt_len: int, steps_per_setting: int, seed
     new_tokens = steps_per_setting * len(MOVE_TOKENS) + 1
     blocks = batch_size * (prompt_len + new_tokens) // block + batch_size
     config = EngineConfig(num_instances=2, blocks_per_instance=blocks, block_size=block, max_batch_size=batch_size,
-                          pooling=False, gmanager_interval_steps=0, seed=seed)
+                          pooling=False, seed=seed)
     model = random_model(ModelConfig(**LOCAL_MODEL), seed=seed)
     engine = Engine(config, LocalBackend(model, config))
     rng = np.random.default_rng(seed)

@@ -3,7 +3,7 @@ waiting work, and random workloads on 2-5 instances all finish (or are rejected 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from reference_impl.control.engine import Engine, EngineConfig
+from reference_impl.control.engine import Engine, EngineConfig, GManagerConfig, step_clock
 from reference_impl.errors import InputError
 from reference_impl.control.rmanager import RManager
 from reference_impl.control.scheduler import Scheduler
@@ -116,7 +116,7 @@ def test_debtor_spends_room_from_a_retiring_request_on_retrieval_not_lending():
 
 
 def test_idle_instance_takes_the_waiting_request_that_fits():
-    engine = Engine(EngineConfig(num_instances=2, blocks_per_instance=4, block_size=4, gmanager_interval_steps=0),
+    engine = Engine(EngineConfig(num_instances=2, blocks_per_instance=4, block_size=4).without_gmanager_rounds(),
                     NullBackend())
     busy, idle = engine.instances
     big, small = Sequence(1, list(range(28)), 4), Sequence(2, list(range(4)), 2)
@@ -132,7 +132,7 @@ def test_idle_instance_takes_the_waiting_request_that_fits():
 def test_an_idle_instance_does_not_take_a_request_another_idle_one_has_not_tried_yet():
     """Two idle instances, one just handed a request it has not stepped on: the other must leave it (taking
     it back and forth at one instant, with no step in between, never ends)."""
-    engine = Engine(EngineConfig(num_instances=2, blocks_per_instance=4, block_size=4, gmanager_interval_steps=0),
+    engine = Engine(EngineConfig(num_instances=2, blocks_per_instance=4, block_size=4).without_gmanager_rounds(),
                     NullBackend())
     first, second = engine.instances
     seq = Sequence(1, list(range(8)), 2)  # 2 blocks: fits either instance
@@ -150,8 +150,8 @@ def test_an_idle_instance_does_not_take_a_request_another_idle_one_has_not_tried
 def test_every_request_finishes_or_is_rejected_with_a_reason(num_instances, blocks, exclusive_roles, interval,
                                                                requests):
     config = EngineConfig(num_instances=num_instances, blocks_per_instance=blocks, block_size=4, max_batch_size=4,
-                          gmanager_interval_steps=interval, exclusive_roles=exclusive_roles)
-    engine = Engine(config, NullBackend())
+                          gmanager=GManagerConfig(interval_s=interval or None), exclusive_roles=exclusive_roles)
+    engine = Engine(config, NullBackend(), clock=step_clock())  # a round every `interval` steps
     accepted = []
     for i, (prompt_len, output_len) in enumerate(requests):
         seq = Sequence(i, list(range(prompt_len)), output_len)
@@ -199,7 +199,7 @@ def test_the_queue_keeps_its_smallest_need_and_total(ops):
 def test_a_creditor_that_waits_for_others_steps_without_effect():
     """Scheduler.waits_for_others (the simulator parks such instances instead of stepping them): a creditor
     whose first request is larger than itself can neither admit it nor call room back for it."""
-    engine = Engine(EngineConfig(num_instances=3, blocks_per_instance=4, block_size=4, gmanager_interval_steps=0),
+    engine = Engine(EngineConfig(num_instances=3, blocks_per_instance=4, block_size=4).without_gmanager_rounds(),
                     NullBackend())
     debtor = engine.instances[0]
     debtor.scheduler.add(Sequence(0, list(range(24)), 50))  # 6 blocks: 2 borrowed
@@ -223,7 +223,7 @@ def test_a_creditor_that_waits_for_others_steps_without_effect():
 def _debtor_with_room():
     """Instance 0 holds request 2 (8 blocks: 4 here, 4 lent by instance 1) and has 4 free blocks that request 1
     freed when it retired (room it may spend on retrieval)."""
-    engine = Engine(EngineConfig(num_instances=2, blocks_per_instance=8, block_size=4, gmanager_interval_steps=0),
+    engine = Engine(EngineConfig(num_instances=2, blocks_per_instance=8, block_size=4).without_gmanager_rounds(),
                     NullBackend())
     debtor, creditor = engine.instances
     debtor.scheduler.add(Sequence(1, list(range(16)), 1))  # 4 blocks, retires after its prefill
@@ -255,3 +255,31 @@ def test_a_debtor_leaves_its_blocks_on_an_idle_creditor():
     assert engine.retrieval_blocks(debtor, 4) == 0
     debtor.step(engine.backend)
     assert not debtor.rm.moves and debtor.scheduler.num_retrievable == 0
+
+
+@pytest.mark.parametrize("interval_s, pooling, rounds_at", [(2.5, True, [0.0, 3.0, 5.5]), (None, True, []),
+                                                             (2.5, False, [])])
+def test_gmanager_rounds_follow_the_engine_clock(interval_s, pooling, rounds_at):
+    """A round at the first step, then at the first step at least `interval_s` after the last round; none without
+    an interval or without pooling (the one cadence, GManagerConfig.interval_s, that every backend reads)."""
+    times = iter([0.0, 1.0, 2.0, 3.0, 5.4, 5.5, 6.0, 7.9])
+    now = [0.0]
+
+    def clock():
+        return now[0]
+    config = EngineConfig(num_instances=2, blocks_per_instance=8, block_size=4, pooling=pooling,
+                          gmanager=GManagerConfig(interval_s=interval_s))
+    engine = Engine(config, NullBackend(), clock=clock)
+    engine.add_request(Sequence(0, [1, 2, 3], 20))
+    seen = []
+    for now[0] in times:
+        before = engine.num_rounds
+        engine.step()
+        if engine.num_rounds > before:
+            seen.append(now[0])
+    assert seen == rounds_at
+
+
+def test_a_gmanager_interval_must_be_positive():
+    with pytest.raises(InputError, match="gManager interval"):
+        GManagerConfig(interval_s=0.0)

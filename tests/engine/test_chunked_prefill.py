@@ -8,7 +8,7 @@ import torch
 
 import reference_impl.backends.local as local
 from reference_impl.backends.local import generate
-from reference_impl.control.engine import EngineConfig
+from reference_impl.control.engine import EngineConfig, GManagerConfig, step_clock
 from reference_impl.model.llama import load_model
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -65,9 +65,10 @@ def steps(monkeypatch):
 @pytest.mark.parametrize("pooled", [False, True], ids=["one-instance", "spread"])
 def test_chunked_prefill_gives_transformers_tokens(hf_model, prompts, references, steps, chunk, pooled):
     hf_tokens, whole = references
-    config = (EngineConfig(3, 14, block_size=BLOCK, chunked_prefill_tokens=chunk, gmanager_interval_steps=2) if pooled
-              else EngineConfig(1, 64, block_size=BLOCK, chunked_prefill_tokens=chunk))
-    result = generate(load_model(hf_model[1]), prompts, NUM_NEW, config, ignore_eos=True, record_logits=True)
+    config = (EngineConfig(3, 14, block_size=BLOCK, chunked_prefill_tokens=chunk, gmanager=GManagerConfig(interval_s=2))
+              if pooled else EngineConfig(1, 64, block_size=BLOCK, chunked_prefill_tokens=chunk))
+    result = generate(load_model(hf_model[1]), prompts, NUM_NEW, config, ignore_eos=True, record_logits=True,
+                      clock=step_clock())  # a round every second step
     assert result.token_ids == whole.token_ids == hf_tokens
     for chunked_logits, whole_logits in zip(result.logits, whole.logits):
         assert len(chunked_logits) == NUM_NEW  # one sampled token a step once the prompt is whole, none before

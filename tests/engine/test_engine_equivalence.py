@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from reference_impl.backends.local import generate
-from reference_impl.control.engine import EngineConfig
+from reference_impl.control.engine import EngineConfig, GManagerConfig, step_clock
 from reference_impl.model.llama import load_model
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: never reach the Hub
@@ -60,9 +60,10 @@ def test_engine_matches_transformers(hf_folder):
             remote_fraction.append(sum(h != w for h, w in blocks) / len(blocks))
 
     # distkv-llm's roles (an instance borrows and lends at once): debt cycles form, so DGFM swaps real KV
-    spread_cfg = EngineConfig(4, 12, block_size=BLOCK, move_chunk_tokens=8, gmanager_interval_steps=3,
-                              exclusive_roles=False)
-    spread = generate(model, PROMPTS, NUM_NEW, spread_cfg, ignore_eos=True, record_logits=True, on_step=spread)
+    spread_cfg = EngineConfig(4, 12, block_size=BLOCK, move_chunk_tokens=8, exclusive_roles=False,
+                              gmanager=GManagerConfig(interval_s=3))  # a round every third step (step_clock)
+    spread = generate(model, PROMPTS, NUM_NEW, spread_cfg, ignore_eos=True, record_logits=True, on_step=spread,
+                      clock=step_clock())
     assert max(remote_fraction) > 0.5 and sum(remote_fraction) / len(remote_fraction) > 0.5
     assert swaps[-1] > 0  # DGFM recalled and swapped real KV on the way
     assert all(len(p) >= 3 for p in spread.placement)  # each request ended on three or more instances

@@ -3,8 +3,7 @@ gManager failover, and proactive moves by Algorithm 1, all with unchanged tokens
 import torch
 
 from reference_impl.backends.local import LocalBackend, generate
-from reference_impl.control.engine import Engine, EngineConfig
-from reference_impl.control.engine_config import GManagerConfig
+from reference_impl.control.engine import Engine, EngineConfig, GManagerConfig, step_clock
 from reference_impl.model.llama import TINY, ModelConfig, contiguous_attention, random_model
 from reference_impl.control.sequence import Sequence
 
@@ -39,7 +38,7 @@ def test_preemption_without_pooling_recomputes_to_the_same_tokens():
 def test_long_prompt_prefill_spans_instances():
     prompt = list(range(1, 61))  # 15 blocks of 4 tokens; each instance holds 6
     roomy = generate(MODEL, [prompt], 6, EngineConfig(1, 64, block_size=4), ignore_eos=True, record_logits=True)
-    spread = generate(MODEL, [prompt], 6, EngineConfig(3, 6, block_size=4, gmanager_interval_steps=0),
+    spread = generate(MODEL, [prompt], 6, EngineConfig(3, 6, block_size=4).without_gmanager_rounds(),
                       ignore_eos=True, record_logits=True)
     assert len(spread.placement[0]) == 3
     assert spread.token_ids == roomy.token_ids
@@ -55,8 +54,8 @@ def test_eos_stops_a_request():
 
 
 def test_gmanager_restart_rebuilds_the_map_mid_run():
-    config = EngineConfig(3, 8, block_size=4, gmanager_interval_steps=2)
-    engine = Engine(config, LocalBackend(MODEL, config))
+    config = EngineConfig(3, 8, block_size=4, gmanager=GManagerConfig(interval_s=2))
+    engine = Engine(config, LocalBackend(MODEL, config), clock=step_clock())  # a round every second step
     for i, p in enumerate(PROMPTS):
         engine.add_request(Sequence(i, p, 10))
     checked = []
@@ -78,8 +77,7 @@ def test_gmanager_restart_rebuilds_the_map_mid_run():
 def test_algorithm1_moves_a_long_request_off_a_saturated_debtor():
     """Instance 0: one long request filling it and a queue; instance 1: a busy batch with room. The round
     offloads part of the long request to instance 1 and the tokens do not change."""
-    config = EngineConfig(2, 24, block_size=4, gmanager_interval_steps=0, dgfm=False,
-                          gmanager=GManagerConfig(beta_thres=2))
+    config = EngineConfig(2, 24, block_size=4, dgfm=False, gmanager=GManagerConfig(interval_s=None, beta_thres=2))
     engine = Engine(config, LocalBackend(MODEL, config))
     long_prompt = list(range(1, 89))  # 22 of instance 0's 24 blocks
     engine.instances[0].scheduler.add(Sequence(0, long_prompt, 6))

@@ -147,8 +147,9 @@ def test_try_move_refused_when_the_destination_fills_then_retried_next_round():
     nothing else orders them)."""
     from reference_impl.model.device_time import DeviceTimeModel
 
-    config = EngineConfig(2, 24, block_size=4, gmanager_interval_steps=0, dgfm=False)
-    engine = RayEngine(config, DeviceTimeModel(0.1, MODEL), gmanager_config=GManagerConfig(beta_thres=2))
+    config = EngineConfig(2, 24, block_size=4, dgfm=False).without_gmanager_rounds()
+    engine = RayEngine(config, DeviceTimeModel(0.1, MODEL), gmanager_config=GManagerConfig(interval_s=None,
+                                                                                            beta_thres=2))
     try:
         long_prompt, shorts, queued = list(range(1, 89)), [[5, 6], [7], [8, 9], [3]], [[9] * 8] * 3
         seqs = [Sequence(0, long_prompt, 24)] + [Sequence(1 + i, p, 24) for i, p in enumerate(shorts)]
@@ -228,7 +229,7 @@ def test_dgfm_swap_while_the_loops_run_keeps_the_tokens():
     from reference_impl.control.protocol import MoveKVCache
 
     # exclusive_roles (infinite-llm 5.2) refuses the second lend of a cycle; distkv-llm's lend-and-borrow makes it
-    config = EngineConfig(2, 6, block_size=4, gmanager_interval_steps=0, exclusive_roles=False)
+    config = EngineConfig(2, 6, block_size=4, exclusive_roles=False).without_gmanager_rounds()
     engine = RayEngine(config, DeviceTimeModel(0.1, MODEL))
     try:
         seqs = [Sequence(0, list(range(1, 10)), 7), Sequence(1, list(range(20, 29)), 7),

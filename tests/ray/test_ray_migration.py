@@ -24,7 +24,7 @@ IDLE = {"num_used": 0, "reserved": {}, "num_moves": 0, "num_tables": 0}
 
 
 def test_migrated_mid_decode_as_one_instance():
-    config = EngineConfig(3, 16, block_size=4, pooling=False, gmanager_interval_steps=0, seed=3)  # vLLM-M's
+    config = EngineConfig(3, 16, block_size=4, pooling=False, seed=3)  # vLLM-M's
     engine = RayEngine(config, MODEL, RayConfig())
     try:
         seqs = [Sequence(i, list(p), NUM_NEW) for i, p in enumerate(PROMPTS)]

@@ -1,11 +1,11 @@
 """Scheduler.abort: a request dropped between steps leaves no rBlock, move or reservation anywhere, and the others'
 tokens are those of a run without it."""
 from reference_impl.backends.local import LocalBackend, generate
-from reference_impl.control.engine import Engine, EngineConfig
+from reference_impl.control.engine import Engine, EngineConfig, GManagerConfig, step_clock
 from reference_impl.control.sequence import Sequence
 from reference_impl.model.llama import TINY, random_model
 
-CONFIG = EngineConfig(num_instances=3, blocks_per_instance=6, block_size=4, gmanager_interval_steps=2)
+CONFIG = EngineConfig(num_instances=3, blocks_per_instance=6, block_size=4, gmanager=GManagerConfig(interval_s=2))
 PROMPTS = [[(7 * i + j) % 500 + 2 for j in range(14 + 3 * i)] for i in range(5)]
 
 
@@ -20,7 +20,7 @@ def _held(engine, req_id):
 
 def test_abort_frees_local_and_borrowed_blocks():
     model = random_model(TINY, seed=0)
-    engine = Engine(CONFIG, LocalBackend(model, CONFIG))
+    engine = Engine(CONFIG, LocalBackend(model, CONFIG), clock=step_clock())  # a round every 2 steps
     seqs = [Sequence(i, list(p), 12) for i, p in enumerate(PROMPTS)]
     for seq in seqs:
         engine.add_request(seq)
@@ -41,5 +41,5 @@ def test_abort_frees_local_and_borrowed_blocks():
     assert all(rm.pool.num_used == 0 and not rm.reserved and not rm.tables and not rm.moves
                for rm in engine.rmanagers.values())
     kept = [i for i in range(len(PROMPTS)) if i not in gone]
-    alone = generate(model, [PROMPTS[i] for i in kept], 12, CONFIG).token_ids
+    alone = generate(model, [PROMPTS[i] for i in kept], 12, CONFIG, clock=step_clock()).token_ids
     assert [seqs[i].output_ids for i in kept] == alone

@@ -7,7 +7,6 @@ from pathlib import Path
 import ray
 
 import reference_impl
-from reference_impl.control.engine_config import REAL_GMANAGER_INTERVAL_S
 from reference_impl.errors import InputError
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -22,7 +21,6 @@ class RayConfig:
     placement_strategy: str = "PACK"
     timeout_s: float = 120.0  # waiting for the placement group, a restarting gManager, a silent actor
     dist_timeout_s: float = 60.0  # a data-plane operation waiting on a peer longer than this fails the group
-    gmanager_interval_s: float = REAL_GMANAGER_INTERVAL_S  # between rounds (when the engine config asks for them)
     py_modules: tuple[str, ...] = ()  # package folders shipped to a cluster beside reference_impl
 
     def __post_init__(self):
@@ -30,8 +28,8 @@ class RayConfig:
             raise InputError("Ray needs >= 1 CPU, a positive CPU share per instance and >= 0 GPUs per instance")
         if self.placement_strategy not in STRATEGIES:
             raise InputError(f"placement strategy must be one of {', '.join(STRATEGIES)}")
-        if self.dist_timeout_s <= 0 or self.gmanager_interval_s <= 0:
-            raise InputError("the data-plane timeout and the gManager interval must be > 0 s")
+        if self.dist_timeout_s <= 0:
+            raise InputError("the data-plane timeout must be > 0 s")
 
     @property
     def is_private(self) -> bool:

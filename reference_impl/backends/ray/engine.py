@@ -72,14 +72,14 @@ class RayEngine:
                              f"({rc.placement_strategy}) within {rc.timeout_s:.0f} s; "
                              f"see `ray status`, or lower --instances") from None
         model_ref = ray.put(model)
+        gm_config = config if gmanager_config is None else replace(config, gmanager=gmanager_config)
         device = "cuda" if rc.gpus_per_instance else "cpu"
         self.actors = {i: InstanceActor.options(
             num_cpus=rc.cpus_per_instance, num_gpus=rc.gpus_per_instance,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
-        ).remote(i, model_ref, config, device, rc.gmanager_interval_s / 2, placement, moves)
+        ).remote(i, model_ref, config, device, (gm_config.gmanager.interval_s or 0.0) / 2, placement, moves)
             for i in range(config.num_instances)}
-        gm_config = config if gmanager_config is None else replace(config, gmanager=gmanager_config)
-        interval_s = rc.gmanager_interval_s if config.pooling and config.gmanager_interval_steps else 0.0
+        interval_s = gm_config.gmanager.interval_s if gm_config.runs_gmanager_rounds else 0.0
         self.gm_actor = GManagerActor.options(max_restarts=-1, num_cpus=0).remote(
             gm_config, perf_model, self.actors, interval_s, config.dgfm, config.seed)
         self.backend = "nccl" if rc.gpus_per_instance else "gloo"

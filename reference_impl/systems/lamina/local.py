@@ -16,7 +16,7 @@ from reference_impl.errors import InputError
 
 def lamina_engine_config(config: EngineConfig) -> EngineConfig:
     """`config`'s instances with pooling on (KV on the memory instances), no gManager rounds, no DGFM."""
-    return replace(config, pooling=True, gmanager_interval_steps=0, dgfm=False)
+    return replace(config, pooling=True, dgfm=False).without_gmanager_rounds()
 
 
 @dataclass(frozen=True, slots=True)

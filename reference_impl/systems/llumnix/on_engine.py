@@ -46,5 +46,5 @@ def engine_run(config: EngineConfig, knobs=None) -> EngineRun:
     knobs = LlumnixKnobs() if knobs is None else knobs
     if not isinstance(knobs, LlumnixKnobs):
         raise InputError(f"Llumnix's knobs are a LlumnixKnobs, not a {type(knobs).__name__}")
-    config = replace(config, pooling=False, gmanager_interval_steps=0)
+    config = replace(config, pooling=False)
     return EngineRun(config, moves=LlumnixMoves(knobs, config.block_size, config.num_instances))

@@ -18,8 +18,8 @@ __all__ = ["DESIGN", "LoongServeKnobs", "loongserve_engine"]
 
 def loongserve_engine(engine: EngineConfig) -> EngineConfig:
     """`engine`'s instances as one token pool: any instance may hold any request's KV (no debtor/creditor roles),
-    and no gManager rounds (the simulator runs none by `runs_gmanager`; the local engine none by steps)."""
-    return replace(engine, pooling=True, exclusive_roles=False, dgfm=False, gmanager_interval_steps=0)
+    and no gManager rounds."""
+    return replace(engine, pooling=True, exclusive_roles=False, dgfm=False).without_gmanager_rounds()
 
 
 def chosen(config: SimConfig, knobs: LoongServeKnobs) -> dict:

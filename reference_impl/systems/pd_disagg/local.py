@@ -57,8 +57,8 @@ class LocalPD:
 
 
 def pd_engine_config(config: EngineConfig) -> EngineConfig:
-    """`config` as the split runs it: pooling off, no gManager rounds."""
-    return replace(config, pooling=False, gmanager_interval_steps=0)
+    """`config` as the split runs it: pooling off (so no gManager rounds)."""
+    return replace(config, pooling=False)
 
 
 def generate_pd(model, prompts: list[list[int]], max_new_tokens: int, config: EngineConfig, num_prefill: int, *,

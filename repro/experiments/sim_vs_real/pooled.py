@@ -33,7 +33,6 @@ from reference_impl.backends.ray import RayConfig, init_ray
 from reference_impl.backends.ray.serving import RayServer, engine_config
 from reference_impl.calibration.links import GLOO
 from reference_impl.calibration.model import CalibratedPerfModel
-from reference_impl.control.engine_config import REAL_GMANAGER_INTERVAL_S
 from reference_impl.control.gmanager import GManagerConfig
 from reference_impl.model.llama import random_model
 from reference_impl.serving.records import REJECTED
@@ -66,7 +65,7 @@ class PooledSetup:
     blocks_per_instance: int
     block_size: int
     max_batch_size: int
-    gmanager_interval_s: float = REAL_GMANAGER_INTERVAL_S  # the Ray engine's, simulated too
+    gmanager_interval_s: float = 0.05  # runs of seconds on a small machine: a round every few steps; both sides
 
 
 
@@ -80,13 +79,12 @@ def _sim_counts(result) -> dict:
             "num_rejected": sum(r.status == REJECTED for r in result.requests)}
 
 
-def sim_config(engine, gm_config, setup: PooledSetup, model: str, coefficients_path: Path):
-    """The simulated cluster of the real one: the engine's config with the gManager's knobs, its rBlocks per
-    instance and round interval, this machine's calibration (`gpu` = CPU_HARDWARE, the name `repro profile` gives
-    it) and its gloo link."""
-    return SimConfig(model=model, gpu=CPU_HARDWARE, link=GLOO, gmanager_interval_s=setup.gmanager_interval_s,
-                     num_blocks=engine.blocks_per_instance, coefficients_path=str(coefficients_path),
-                     engine=replace(engine, gmanager=gm_config))
+def sim_config(engine, gm_config, model: str, coefficients_path: Path):
+    """The simulated cluster of the real one: the engine's config with the gManager's knobs (its round interval
+    among them), its rBlocks per instance, this machine's calibration (`gpu` = CPU_HARDWARE, the name `repro
+    profile` gives it) and its gloo link."""
+    return SimConfig(model=model, gpu=CPU_HARDWARE, link=GLOO, num_blocks=engine.blocks_per_instance,
+                     coefficients_path=str(coefficients_path), engine=replace(engine, gmanager=gm_config))
 
 
 def core_share_stretch(saturation: dict) -> float:
@@ -113,8 +111,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
     # a core per instance, and both systems' engines stay warm (one serves at a time, the others held), beside the
     # one-instance engine whose steps calibrate the step overhead: a third of a logical CPU per instance places
     # them all on `num_instances` CPUs
-    ray_config = RayConfig(num_cpus=setup.num_instances, cpus_per_instance=1.0 / (len(SYSTEMS) + 1),
-                           gmanager_interval_s=setup.gmanager_interval_s)
+    ray_config = RayConfig(num_cpus=setup.num_instances, cpus_per_instance=1.0 / (len(SYSTEMS) + 1))
     configs = {s: engine_config(design(s), setup.num_instances, setup.blocks_per_instance, setup.block_size,
                                 max_batch_size=setup.max_batch_size, seed=seed) for s in SYSTEMS}
 
@@ -138,7 +135,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
 
     # the engines' gManagers run Algorithm 1 on this machine's cost model (the first calibration), as the simulated
     # gManager does on each rate's
-    gm_config = GManagerConfig()
+    gm_config = GManagerConfig(interval_s=setup.gmanager_interval_s)
     started = init_ray(ray_config)
     server, ray_steps = None, None
     try:
@@ -168,7 +165,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
         runs = []
         for repeat, rate in progress([(k, r) for k in range(repeats) for r in rates], desc="pooled arm", unit="rate"):
             requests = make_requests(rate)
-            base = sim_config(configs[SYSTEMS[0]], gm_config, setup, spec.name,
+            base = sim_config(configs[SYSTEMS[0]], gm_config, spec.name,
                               calibrated(repeat, rate, engine_costs))
             for system in SYSTEMS:
                 load_before = load_1m()

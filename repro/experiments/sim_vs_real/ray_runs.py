@@ -101,7 +101,7 @@ def run_designs(spec, make_requests, setup, engine_runs: dict, simulated, *, lab
     ray_config = RayConfig(num_cpus=setup.num_instances, cpus_per_instance=1.0 / len(systems))
     pooled_setup = PooledSetup(setup.num_instances, setup.blocks_per_instance, setup.block_size,
                                setup.max_batch_size)
-    gm_config = GManagerConfig()
+    gm_config = GManagerConfig(interval_s=pooled_setup.gmanager_interval_s)
 
     def measure(system: str, requests) -> tuple[dict, dict]:
         config, serving = engine_runs[system]
@@ -133,7 +133,7 @@ def run_designs(spec, make_requests, setup, engine_runs: dict, simulated, *, lab
             requests = make_requests(rate)
             path = calibrated(repeat, rate)
             perf = perf_of(path)
-            base = sim_config(engine_runs[systems[-1]][0], gm_config, pooled_setup, spec.name, path)
+            base = sim_config(engine_runs[systems[-1]][0], gm_config, spec.name, path)
             sims = simulated(base, perf, requests)
             for system in systems:
                 load_before = load_1m()
