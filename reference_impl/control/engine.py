@@ -56,6 +56,7 @@ class Engine:
             self.instances.append(Instance.build(i, config, self.recommend, peers=peers, changes=self.changes,
                                                  retrieval=retrieval, placement=placement))
         self.rmanagers = peers
+        self.room_blocks = config.room_blocks(placement.blocks)  # the most one request may hold (any instance its home)
         self.num_steps = 0
         self.num_rounds = 0  # gManager rounds run
         self.clock = clock
@@ -92,7 +93,7 @@ class Engine:
 
     def add_request(self, seq: Sequence) -> int:
         """Dispatch to the instance with the most free memory (ties: the fewest running); returns its id."""
-        self.config.check_fits(seq)
+        self.config.check_fits(seq, self.room_blocks)
         inst = self._dispatch.best()
         inst.scheduler.add(seq)
         return inst.inst_id

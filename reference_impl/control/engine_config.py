@@ -66,20 +66,35 @@ class EngineConfig:
     def blocks_per_instance_total(self) -> int:
         return self.blocks_per_instance + self.cpu_blocks_per_instance
 
-    def room_blocks(self) -> int:
-        """The most rBlocks one request may hold: its instance's, plus what the others may lend it when pooling."""
-        room = self.blocks_per_instance_total
-        if self.pooling:
-            room += (self.num_instances - 1) * min(room, self.max_lent_blocks or room)
-        return room
+    def room_blocks(self, blocks=None, homes=None, instances=None) -> int:
+        """The most rBlocks one request may hold: its instance's, plus what the others may lend it when pooling.
+        `blocks`: a design's rBlocks per instance (Placement.blocks: id -> rBlocks, also its lending cap, or None
+        for the config's); `homes`: the instances requests are dispatched to (None: all); `instances`: the ids of
+        the cluster's instances (None: 0 to num_instances - 1)."""
+        if blocks is None:
+            room = self.blocks_per_instance_total
+            lent = room if self.max_lent_blocks is None else min(room, self.max_lent_blocks)
+            return room + self.pooling * (self.num_instances - 1) * lent
+        ids = range(self.num_instances) if instances is None else instances
+        own, lent = {}, {}
+        for i in ids:
+            cap = blocks(i)
+            own[i] = self.blocks_per_instance_total if cap is None else cap + self.cpu_blocks_per_instance
+            lent[i] = min(own[i], cap if cap is not None else own[i] if self.max_lent_blocks is None
+                          else self.max_lent_blocks)
+        total_lent = sum(lent.values())
+        return max((own[h] + self.pooling * (total_lent - lent[h]) for h in ids if homes is None or h in homes),
+                   default=0)
 
     def fits(self, seq: Sequence) -> bool:
         """Whether `seq`, prompt and all its new tokens, fits somewhere in this cluster."""
         return num_blocks_for(seq.num_tokens + seq.max_new_tokens, self.block_size) <= self.room_blocks()
 
-    def check_fits(self, seq: Sequence) -> None:
-        """Raise InputError when `seq`, prompt and all its new tokens, fits nowhere in this cluster."""
-        need, room = num_blocks_for(seq.num_tokens + seq.max_new_tokens, self.block_size), self.room_blocks()
+    def check_fits(self, seq: Sequence, room: int | None = None) -> None:
+        """Raise InputError when `seq`, prompt and all its new tokens, fits nowhere in this cluster (`room`: its
+        room_blocks under a design's placement, where one was computed)."""
+        need = num_blocks_for(seq.num_tokens + seq.max_new_tokens, self.block_size)
+        room = self.room_blocks() if room is None else room
         if need > room:
             raise InputError(f"request {seq.req_id} needs {need} rBlocks of {self.block_size} tokens but "
                              f"the {'cluster' if self.pooling else 'instance'} has {room}; "

@@ -13,3 +13,7 @@ class EngineRun:
     placement: Placement = Placement()  # (control/placement.py)
     homes: tuple[int, ...] | None = None  # the instances new requests are dispatched to (None: all)
     moves: object | None = None  # a rule moving running requests whole (control/request_move.py RequestMoves)
+
+    def room_blocks(self) -> int:
+        """The most rBlocks one request may hold in this run (its placement's rBlocks, from the instances it goes to)."""
+        return self.config.room_blocks(self.placement.blocks, self.homes)

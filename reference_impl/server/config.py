@@ -52,7 +52,8 @@ class ServerConfig:
             return EngineRun(EngineConfig(num_instances=self.num_instances, blocks_per_instance=self.blocks_per_instance,
                                           block_size=self.block_size, max_batch_size=self.max_batch_size,
                                           pooling=self.pooling, chunked_prefill_tokens=self.chunked_prefill_tokens,
-                                          seed=self.seed, gmanager=GManagerConfig(interval_s=self.gmanager_interval_s)))
+                                          seed=self.seed,
+                                          gmanager=GManagerConfig(interval_s=self.gmanager_interval_s)))
         from reference_impl.systems.catalog import design
 
         if self.chunked_prefill_tokens is not None:
@@ -77,9 +78,9 @@ class ServedModel:
     max_model_len: int  # prompt + generated tokens one request may reach in this cluster
 
 
-def max_model_len(config: EngineConfig) -> int:
-    """The most tokens one request may hold (EngineConfig.room_blocks, in tokens)."""
-    return config.room_blocks() * config.block_size
+def max_model_len(run: EngineRun) -> int:
+    """The most tokens one request may hold (EngineRun.room_blocks, in tokens)."""
+    return run.room_blocks() * run.config.block_size
 
 
 def load_served(config: ServerConfig) -> ServedModel:
@@ -96,4 +97,4 @@ def load_served(config: ServerConfig) -> ServedModel:
             raise InputError(f"--model {config.model!r}: no such folder; pass 'tiny' or a Hugging Face LLaMA folder")
         model, tokenizer = load_model(folder), load_tokenizer(folder)
     return ServedModel(config.model_name, model, tokenizer, None if folder is None else str(folder),
-                       max_model_len(config.engine_config()))
+                       max_model_len(config.engine_run()))

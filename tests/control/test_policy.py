@@ -283,3 +283,19 @@ def test_gmanager_rounds_follow_the_engine_clock(interval_s, pooling, rounds_at)
 def test_a_gmanager_interval_must_be_positive():
     with pytest.raises(InputError, match="gManager interval"):
         GManagerConfig(interval_s=0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 6), blocks=st.integers(0, 12), cpu=st.integers(0, 4), lent=st.none() | st.integers(0, 12),
+       pooling=st.booleans(), caps=st.lists(st.none() | st.integers(0, 12), min_size=6, max_size=6),
+       homes=st.none() | st.sets(st.integers(0, 5), min_size=1))
+def test_a_requests_room_is_its_home_plus_what_the_others_lend(n, blocks, cpu, lent, pooling, caps, homes):
+    """EngineConfig.room_blocks against a direct count: with no design's rBlocks it is the one closed form; with them
+    (Placement.blocks), the best home's own rBlocks plus each other instance's lending cap."""
+    config = EngineConfig(num_instances=n, blocks_per_instance=blocks, cpu_blocks_per_instance=cpu,
+                          max_lent_blocks=lent, pooling=pooling)
+    assert config.room_blocks(lambda i: None) == config.room_blocks()
+    own = [blocks + cpu if caps[i] is None else caps[i] + cpu for i in range(n)]
+    cap = [min(own[i], (lent if lent is not None else own[i]) if caps[i] is None else caps[i]) for i in range(n)]
+    rooms = [own[h] + (sum(cap) - cap[h] if pooling else 0) for h in range(n) if homes is None or h in homes]
+    assert config.room_blocks(caps.__getitem__, homes) == max(rooms, default=0)

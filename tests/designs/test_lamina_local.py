@@ -29,3 +29,20 @@ def test_kv_on_memory_instances_decodes_as_one_instance(hf_folder):
 def test_needs_compute_and_memory_instances(hf_folder):
     with pytest.raises(InputError, match="compute instances"):
         generate_lamina(load_model(hf_folder), PROMPTS[:1], 2, EngineConfig(2, 16, block_size=BLOCK), num_compute=2)
+
+
+def test_a_request_larger_than_the_memory_instances_is_refused_at_once(hf_folder):
+    """Compute instances hold no rBlocks: a request's room is the memory instances' (2 x 6 blocks of BLOCK tokens),
+    not the whole cluster's, so one that needs more is refused with a reason instead of waiting forever."""
+    prompt = [(5 * i + 1) % 200 for i in range(12 * BLOCK)]  # 12 blocks, plus the new tokens: over 12
+    with pytest.raises(InputError, match="needs 13 rBlocks .* has 12"):
+        generate_lamina(load_model(hf_folder), [prompt], BLOCK, EngineConfig(4, 6, block_size=BLOCK), num_compute=2)
+
+
+def test_a_lamina_server_advertises_the_memory_instances_room():
+    from reference_impl.server.config import ServerConfig, max_model_len
+
+    served = ServerConfig(num_instances=4, blocks_per_instance=6, block_size=BLOCK, system="lamina", backend="ray")
+    assert max_model_len(served.engine_run()) == 2 * 6 * BLOCK  # two memory instances; the compute ones hold none
+    pooled = ServerConfig(num_instances=4, blocks_per_instance=6, block_size=BLOCK)
+    assert max_model_len(pooled.engine_run()) == 4 * 6 * BLOCK

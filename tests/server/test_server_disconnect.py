@@ -50,7 +50,7 @@ def test_non_streaming_disconnect_aborts(start_server, tiny_model, tiny_tokenize
     # each step takes at least 10 ms (device-time.py): 150 tokens outlast the client's 0.3 s
     config = ServerConfig(**SMALL)
     slow = ServedModel("tiny", DeviceTimeModel(0.01, tiny_model), tiny_tokenizer, None,
-                       max_model_len(config.engine_config()))
+                       max_model_len(config.engine_run()))
     server = start_server(served=slow, **SMALL)
     t0 = time.monotonic()
     try:

@@ -90,6 +90,8 @@ class RayEngine:
                 + [self.gm_actor.get_boot_id.remote()])
         self.sent = {i: Dispatched() for i in self.actors}
         self.homes = tuple(self.actors) if homes is None else tuple(homes)
+        self.placement_blocks = placement.blocks
+        self.room_blocks = config.room_blocks(placement.blocks, self.homes)  # the most one request may hold
 
     def _group_spec(self, members: list[int]) -> GroupSpec:
         address = ray.get(self.actors[members[0]].free_address.remote())
@@ -98,7 +100,7 @@ class RayEngine:
     # --- dispatch and results
     def add_request(self, seq: Sequence, inst_id: int | None = None) -> int:
         """Dispatch as `Engine.add_request` (or to `inst_id`); the actor gets a copy, `seq` receives its tokens."""
-        self.config.check_fits(seq)
+        self.config.check_fits(seq, self.room_blocks)
         blocks = num_blocks_for(seq.num_tokens, self.config.block_size)
         if inst_id is None:
             inst_id = max((i for i in self.homes if i in self.actors), key=lambda i: (self._free_blocks(i), -i))
@@ -263,11 +265,12 @@ class RayEngine:
             self.group = spec.address
             ray.get([self.actors[i].reform.remote(spec, dead, [s.req_id for s in orphans]) for i in survivors])
         self.config = replace(self.config, num_instances=max(1, len(survivors)))
+        self.room_blocks = self.config.room_blocks(self.placement_blocks, self.homes, survivors)
         for seq in self.mirror.values():  # recomputed from scratch on fewer instances: some may not fit any more
             if seq.req_id in self.done or seq.req_id in self.failed or seq in orphans:
                 continue
             try:
-                self.config.check_fits(seq)
+                self.config.check_fits(seq, self.room_blocks)
             except InputError as err:
                 self.failed[seq.req_id] = f"instance {', '.join(map(str, dead))} died; {err}"
                 self.undelivered.append(self.actors[self.home_of[seq.req_id]].abort.remote(seq.req_id))

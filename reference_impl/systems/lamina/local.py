@@ -78,8 +78,9 @@ def generate_lamina(model, prompts: list[list[int]], max_new_tokens: int, config
     eos = None if ignore_eos else model.config.eos_token_id
     seqs = [Sequence(i, list(p), max_new_tokens, eos) for i, p in enumerate(prompts)]
     compute = engine.instances[:num_compute]
+    room = config.room_blocks(offload_placement(num_compute).blocks, range(num_compute))
     for seq in seqs:
-        config.check_fits(seq)
+        config.check_fits(seq, room)
         dispatch_to_compute(compute, seq)
     engine.run()
     result = GenerationResult([s.output_ids for s in seqs], [s.placement for s in seqs], [s.logits for s in seqs],
