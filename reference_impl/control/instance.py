@@ -40,7 +40,7 @@ class Instance:
                       config.max_lent_blocks if blocks is None else blocks, peers,
                       exclusive_roles=config.exclusive_roles, changes=changes)
         if placement.recommend is not None:
-            recommend = placement.recommend
+            recommend = partial(placement.recommend, rm)
         elif not config.pooling:
             recommend = None
         fits = None if placement.fits is None else partial(placement.fits, rm)

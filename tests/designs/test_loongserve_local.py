@@ -1,12 +1,15 @@
 """LoongServe's placement and multi-master decode on the local engine (real model, real KV): a prompt larger than
 its master is placed over idle instances at admission, decodes scale up onto further instances without moving old
-KV, and every token equals transformers' greedy generation (the reference of tests/engine)."""
+KV, and every token equals transformers' greedy generation (the reference of tests/engine). Both rules: the
+simulator's (it reads the engine) and the real backends' (the design's EngineRun, read through the peers)."""
+import pytest
 
 from reference_impl.backends.local import LocalBackend
 from reference_impl.control.engine import Engine, EngineConfig
 from reference_impl.control.sequence import Sequence
 from reference_impl.model.llama import load_model
 from reference_impl.systems.loongserve import loongserve_engine
+from reference_impl.systems.catalog import design
 from reference_impl.systems.loongserve.placement import LoongServePlacement
 
 from tiny_cases import NUM_NEW, hf_folder, hf_greedy  # noqa: F401  (hf_folder: a fixture)
@@ -15,11 +18,17 @@ BLOCK, BLOCKS = 4, 12  # 48 tokens an instance: the first prompt needs two, deco
 PROMPTS = [[(7 * i + 3) % 256 for i in range(60)], [200, 1, 45, 45, 9, 130, 7, 88, 19, 240, 66, 3, 14, 90]]
 
 
-def test_split_kv_decodes_as_transformers(hf_folder):
+@pytest.mark.parametrize("rules", ["engine", "peers"])
+def test_split_kv_decodes_as_transformers(hf_folder, rules):
     model = load_model(hf_folder)
-    config = loongserve_engine(EngineConfig(4, BLOCKS, block_size=BLOCK))
-    rules = LoongServePlacement(lambda: engine)
-    engine = Engine(config, LocalBackend(model, config), placement=rules.rules())
+    if rules == "engine":
+        config = loongserve_engine(EngineConfig(4, BLOCKS, block_size=BLOCK))
+        placement = LoongServePlacement(lambda: engine).rules()
+    else:
+        run = design("loongserve").real_run("local", 4, BLOCKS, BLOCK)
+        config, placement = run.config, run.placement
+        assert (run.homes, run.moves) == (None, None)
+    engine = Engine(config, LocalBackend(model, config), placement=placement)
     seqs = [Sequence(i, list(p), NUM_NEW) for i, p in enumerate(PROMPTS)]
     for seq in seqs:
         engine.add_request(seq)

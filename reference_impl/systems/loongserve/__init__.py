@@ -6,20 +6,14 @@ engines have no sequence-parallel prefill: the local engine runs LoongServe's pl
 (Placement on its Engine), not the design as a whole."""
 from dataclasses import replace
 
-from reference_impl.control.engine_config import EngineConfig
 from reference_impl.sim.config import SimConfig
 from reference_impl.systems.design import Design
 from reference_impl.systems.loongserve.backend import LoongServeBackend
 from reference_impl.systems.loongserve.knobs import LoongServeKnobs
+from reference_impl.systems.loongserve.on_engine import engine_run, loongserve_engine
 from reference_impl.systems.loongserve.policy import LoongServePolicy
 
 __all__ = ["DESIGN", "LoongServeKnobs", "loongserve_engine"]
-
-
-def loongserve_engine(engine: EngineConfig) -> EngineConfig:
-    """`engine`'s instances as one token pool: any instance may hold any request's KV (no debtor/creditor roles),
-    and no gManager rounds."""
-    return replace(engine, pooling=True, exclusive_roles=False, dgfm=False).without_gmanager_rounds()
 
 
 def chosen(config: SimConfig, knobs: LoongServeKnobs) -> dict:
@@ -32,5 +26,5 @@ def loongserve(config: SimConfig) -> SimConfig:
 
 DESIGN = Design("loongserve", "elastic sequence-parallel prefill on instance groups, multi-master decode over one "
                 "token pool", configure=loongserve, policy=LoongServePolicy, backend=LoongServeBackend,
-                real_backends=("local",),  # (its placement and multi-master decode; sequence-parallel prefill: no)
+                on_engine=engine_run,
                 knobs=LoongServeKnobs, chosen=chosen)

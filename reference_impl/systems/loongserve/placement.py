@@ -1,5 +1,7 @@
 """LoongServe's KV placement on an engine's instances: the rules (control/placement.py's Placement) its Engine is
-built with (the simulator's policy and the local engine use them alike).
+built with. The simulator's policy reads its engine (`LoongServePlacement`: an instance in a prefill group counts as
+busy); a real backend's instances read the cluster through their rManager's peers (`PEER_PLACEMENT`, a value handed
+to every instance: the local engine's rManagers, on Ray the gManager's last view of each peer). One rule for both:
 
 - At admission a prompt's rBlocks fill its master, then the idle instances (no running request, in no prefill
   group), the freest first (the creditor hint, `recommend`); only a prompt larger than its master spills further
@@ -23,6 +25,21 @@ def _no_retrieval(room: int) -> int:
     return 0
 
 
+def freest_first(rooms: list[tuple[int, int]]) -> list[int]:
+    """The ids of (inst_id, room) pairs, the most room first (ties: the lower id)."""
+    return [i for i, _ in sorted(rooms, key=lambda r: (-r[1], r[0]))]
+
+
+def fits_over(rm, num_blocks: int, lendable_idle: int) -> bool:
+    """Whether master `rm` and idle instances lending `lendable_idle` rBlocks can take `num_blocks` now (all
+    instances, for a prompt larger than the master: RManager.alloc_prompt's rule)."""
+    if num_blocks <= rm.num_free:
+        return True
+    if num_blocks > rm.pool.num_capacity:
+        return rm.can_admit(num_blocks, True)
+    return num_blocks <= rm.num_free + lendable_idle
+
+
 class LoongServePlacement:
     """On the instances of the engine `engine_of()` gives once it is built (the rules are given to its constructor);
     `in_prefill(inst_id)`: whether that instance is in a prefill group now."""
@@ -36,20 +53,34 @@ class LoongServePlacement:
 
     def rules(self) -> Placement:
         """What the Engine's constructor takes: the creditor hint, no retrieval, the admission check."""
-        return Placement(recommend=self.idle_others, retrieval=_no_retrieval, fits=self.fits)
+        return Placement(recommend=self.recommend, retrieval=_no_retrieval, fits=self.fits)
 
-    def idle_others(self, debtor: int, num_blocks: int = 0) -> list[int]:
+    def recommend(self, rm, debtor: int, num_blocks: int = 0) -> list[int]:
+        return self.idle_others(debtor)
+
+    def idle_others(self, debtor: int) -> list[int]:
         """Where `debtor`'s request places the rBlocks its own room cannot take: the idle instances, freest first."""
-        idle = [inst.rm for inst in self.engine.instances if inst.inst_id != debtor
-                and not inst.scheduler.running and not self.in_prefill(inst.inst_id)]
-        return [rm.inst_id for rm in sorted(idle, key=lambda rm: (-rm.num_free, rm.inst_id))]
+        return freest_first([(inst.inst_id, inst.rm.num_free) for inst in self.engine.instances
+                             if inst.inst_id != debtor and not inst.scheduler.running
+                             and not self.in_prefill(inst.inst_id)])
 
     def fits(self, rm, seq: Sequence, num_blocks: int) -> bool:
-        """Whether the master `rm` and the instances `idle_others` names can take `num_blocks` now (all instances,
-        for a prompt larger than the master: RManager.alloc_prompt's rule)."""
-        if num_blocks <= rm.num_free:
-            return True
-        if num_blocks > rm.pool.num_capacity:
-            return rm.can_admit(num_blocks, True)
         rms = self.engine.rmanagers
-        return num_blocks <= rm.num_free + sum(rms[i].num_lendable for i in self.idle_others(rm.inst_id))
+        return fits_over(rm, num_blocks, sum(rms[i].num_lendable for i in self.idle_others(rm.inst_id)))
+
+
+def idle_peers(rm, debtor: int, num_blocks: int = 0) -> list[int]:
+    """Placement.recommend on a real backend: the peers of `rm` with no request running (`num_homed`), the most
+    lendable room first."""
+    return freest_first([(i, p.num_lendable) for i, p in rm.peers.items() if i != debtor and not p.num_homed])
+
+
+def fits_idle_peers(rm, seq: Sequence, num_blocks: int) -> bool:
+    peers = rm.peers
+    return fits_over(rm, num_blocks, sum(peers[i].num_lendable for i in idle_peers(rm, rm.inst_id)))
+
+
+# the rules on a real backend, read through an instance's rManager and its peers (the local engine's rManagers; on
+# Ray the gManager's last view of each peer): module functions, so that the Ray backend can hand the value to every
+# instance actor and equal placements are one engine
+PEER_PLACEMENT = Placement(recommend=idle_peers, retrieval=_no_retrieval, fits=fits_idle_peers)
