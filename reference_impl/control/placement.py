@@ -16,3 +16,7 @@ class Placement:
     retrieval: Callable[[int], int] | None = None  # room -> borrowed rBlocks to bring home (pooling on)
     fits: Callable[[RManager, Sequence, int], bool] | None = None  # (instance's rManager, request, rBlocks) admission
     blocks: Callable[[int], int | None] | None = None  # instance id -> its rBlocks (and lending cap); None: the config's
+    # (rManager, request, rBlocks) -> the prompt's rBlocks as runs (inst_id, rBlocks) in token order, one run per
+    # member of its prefill group, which a real backend prefills sequence-parallel (each member computes its run's
+    # tokens: backends/ray/sp_prefill.py); None, or a None answer: the rManager's own admission
+    segments: Callable[[RManager, Sequence, int], list[tuple[int, int]] | None] | None = None

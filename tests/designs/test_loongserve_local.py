@@ -2,7 +2,6 @@
 its master is placed over idle instances at admission, decodes scale up onto further instances without moving old
 KV, and every token equals transformers' greedy generation (the reference of tests/engine). Both rules: the
 simulator's (it reads the engine) and the real backends' (the design's EngineRun, read through the peers)."""
-import pytest
 
 from reference_impl.backends.local import LocalBackend
 from reference_impl.control.engine import Engine, EngineConfig
@@ -18,30 +17,51 @@ BLOCK, BLOCKS = 4, 12  # 48 tokens an instance: the first prompt needs two, deco
 PROMPTS = [[(7 * i + 3) % 256 for i in range(60)], [200, 1, 45, 45, 9, 130, 7, 88, 19, 240, 66, 3, 14, 90]]
 
 
-@pytest.mark.parametrize("rules", ["engine", "peers"])
-def test_split_kv_decodes_as_transformers(hf_folder, rules):
-    model = load_model(hf_folder)
-    if rules == "engine":
-        config = loongserve_engine(EngineConfig(4, BLOCKS, block_size=BLOCK))
-        placement = LoongServePlacement(lambda: engine).rules()
-    else:
-        run = design("loongserve").real_run("local", 4, BLOCKS, BLOCK)
-        config, placement = run.config, run.placement
-        assert (run.homes, run.moves) == (None, None)
-    engine = Engine(config, LocalBackend(model, config), placement=placement)
+def run_engine(model, config, placement_of):
+    """The prompts to the end on `config`'s engine, its placement `placement_of(the engine's getter)`; (requests,
+    each request's holders after each step, its table's instances after its prefill)."""
+    engine = Engine(config, LocalBackend(model, config), placement=placement_of(lambda: engine))
     seqs = [Sequence(i, list(p), NUM_NEW) for i, p in enumerate(PROMPTS)]
     for seq in seqs:
         engine.add_request(seq)
-    holders = {}  # req_id -> instances holding its KV after each step
+    holders, prefilled = {}, {}  # req_id -> instances holding its KV after each step; its blocks' instances
 
     def watch(engine):
         for rm in engine.rmanagers.values():
             for req_id in rm.tables:
                 holders.setdefault(req_id, []).append(set(rm.holders(req_id)))
+                prefilled.setdefault(req_id, [b.inst_id for b in rm.tables[req_id]])
     engine.run(on_step=watch)
+    assert engine.num_swaps == 0 and not any(rm.moves for rm in engine.rmanagers.values())
+    return seqs, holders, prefilled
+
+
+def test_split_kv_decodes_as_transformers(hf_folder):
+    """The simulator's rules (they read the engine): the prompt fills its master, then spills onto idle ones."""
+    model = load_model(hf_folder)
+    config = loongserve_engine(EngineConfig(4, BLOCKS, block_size=BLOCK))
+    seqs, holders, _ = run_engine(model, config, lambda engine_of: LoongServePlacement(engine_of).rules())
     assert len(holders[0][0]) >= 2  # placed over instances at admission: the prompt is larger than its master
     assert len(holders[0][-1]) > len(holders[0][0])  # and scaled up as it decoded
     assert all(a <= b for a, b in zip(holders[0], holders[0][1:]))  # old KV never left an instance
-    assert engine.num_swaps == 0 and not any(rm.moves for rm in engine.rmanagers.values())
+    for seq, prompt in zip(seqs, PROMPTS):
+        assert seq.output_ids == hf_greedy(hf_folder, prompt)[0]
+
+
+def test_sequence_parallel_prefill_decodes_as_transformers(hf_folder):
+    """The design's real run (read through the peers): each prompt split evenly over its group, one run of rBlocks
+    per member in token order (each member holds its segment's KV), attended exactly over its own and the earlier
+    segments' KV (the local backend's partials merged with ScaleReduce); transformers' tokens."""
+    model = load_model(hf_folder)
+    run = design("loongserve").real_run("local", 4, BLOCKS, BLOCK)
+    assert (run.homes, run.moves) == (None, None) and run.placement.segments is not None
+    seqs, holders, prefilled = run_engine(model, run.config, lambda _: run.placement)
+    for req_id, blocks in prefilled.items():
+        runs = [blocks[0]] + [b for a, b in zip(blocks, blocks[1:]) if a != b]
+        assert len(runs) == len(set(runs))  # one contiguous segment per member
+        shares = [blocks.count(i) for i in runs]
+        assert max(shares) - min(shares) <= 1  # even, in whole rBlocks
+    assert len(set(prefilled[0])) >= 2  # the long prompt prefilled by a group
+    assert all(a <= b for a, b in zip(holders[0], holders[0][1:]))  # old KV never left an instance
     for seq, prompt in zip(seqs, PROMPTS):
         assert seq.output_ids == hf_greedy(hf_folder, prompt)[0]

@@ -12,7 +12,7 @@ from reference_impl.control.engine import EngineConfig  # noqa: E402
 from reference_impl.control.sequence import Sequence  # noqa: E402
 from reference_impl.model.llama import TINY, random_model  # noqa: E402
 from reference_impl.systems.catalog import design  # noqa: E402
-from reference_impl.systems.loongserve.placement import PEER_PLACEMENT  # noqa: E402
+from reference_impl.systems.loongserve.placement import peer_placement  # noqa: E402
 
 pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.usefixtures("local_ray")]
 
@@ -23,7 +23,7 @@ NUM_NEW = 8
 
 def test_placed_over_instances_and_decoded_multi_master_as_one_instance():
     run = engine_run(design("loongserve"), 3, 8, 4, seed=3)
-    assert (run.placement, run.config.pooling, run.config.exclusive_roles) == (PEER_PLACEMENT, True, False)
+    assert (run.placement, run.config.pooling, run.config.exclusive_roles) == (peer_placement(), True, False)
     engine = RayEngine(run.config, MODEL, RayConfig(), placement=run.placement, homes=run.homes, moves=run.moves)
     holders: dict[int, set] = {}
 

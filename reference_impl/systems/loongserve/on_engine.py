@@ -9,7 +9,7 @@ from reference_impl.control.engine_config import EngineConfig
 from reference_impl.control.engine_run import EngineRun
 from reference_impl.errors import InputError
 from reference_impl.systems.loongserve.knobs import LoongServeKnobs
-from reference_impl.systems.loongserve.placement import PEER_PLACEMENT
+from reference_impl.systems.loongserve.placement import peer_placement
 
 
 def loongserve_engine(engine: EngineConfig) -> EngineConfig:
@@ -22,4 +22,4 @@ def engine_run(config: EngineConfig, knobs=None) -> EngineRun:
     """Design.on_engine: `config`'s instances as LoongServe's pool, its placement on every instance."""
     if knobs is not None and not isinstance(knobs, LoongServeKnobs):
         raise InputError(f"LoongServe's knobs are a LoongServeKnobs, not a {type(knobs).__name__}")
-    return EngineRun(loongserve_engine(config), PEER_PLACEMENT)
+    return EngineRun(loongserve_engine(config), peer_placement((knobs or LoongServeKnobs()).max_degree))
