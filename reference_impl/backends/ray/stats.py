@@ -25,6 +25,8 @@ class LoopStats(Owned):
     num_migrations_aborted: int = 0
     num_migrations_refused: int = 0  # (asked for a request not running here, or migrating already)
     num_precopy_stages: int = 0  # ... and their stages copied while the request decoded here
+    num_sp_prefills: int = 0  # prompts this home had prefilled sequence-parallel by 2 or more members ...
+    num_sp_segments: int = 0  # ... and their segments (members) in all
     num_partner_calls: int = 0  # partners' parts of this home's steps sent
     num_served: int = 0  # debtors' steps served here
     num_peer_calls: int = 0  # control-phase calls on a peer's rManager that waited for the reply
