@@ -55,7 +55,8 @@ class LocalDriver(_Driver):
         from reference_impl.backends.local import LocalBackend, to_device
         from reference_impl.control.engine import Engine
         config = run.config
-        self.engine = Engine(config, LocalBackend(to_device(model, "cpu"), config), placement=run.placement)
+        backend = LocalBackend(to_device(model, "cpu"), config, sequence_parallel=run.placement.segments is not None)
+        self.engine = Engine(config, backend, placement=run.placement)
         c = model.config
         # DistAttention per layer and remote holder of a decoding request: the query out, (out, lse) back
         self.remote_bytes_per_holder = c.num_layers * (2 * c.num_heads * c.head_dim * model.dtype.itemsize

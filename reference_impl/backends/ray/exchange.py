@@ -10,7 +10,8 @@ import torch
 
 from reference_impl.backends.ray.owned import Owned
 from reference_impl.backends.ray.serve import PartnerWork
-from reference_impl.backends.ray.sp_prefill import SegmentPlan, Segments, plan_segments
+from reference_impl.backends.ray.dataplane import SEGMENT_KV, tag
+from reference_impl.backends.sp_prefill import SegmentPlan, Segments, plan_segments
 from reference_impl.backends.ray.step import DistStep, HomePlan, Pair, plan_step
 from reference_impl.control.sequence import Sequence
 from reference_impl.model.runner import ModelRunner
@@ -138,7 +139,7 @@ class Exchange(Owned):
         head on every prompt's last hidden state."""
         loop = self.loop
         part = Segments(batch.segments, loop.inst_id, loop.model, loop.caches, loop.plane, loop.config.block_size,
-                        loop.device)
+                        loop.device, lambda layer: tag(loop.inst_id, layer, SEGMENT_KV))
         hidden = part.gather(part.run(loop.mailbox.serve), loop.model.config.hidden_size)
         step.messaging_s += part.messaging_s
         loop.stats.num_sp_prefills += sum(d > 1 for d in batch.segments.degrees)

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from reference_impl.backends.ray.sp_prefill import SegmentPlan, Segments
+from reference_impl.backends.ray.dataplane import SEGMENT_KV, tag
+from reference_impl.backends.sp_prefill import SegmentPlan, Segments
 from reference_impl.backends.ray.step import Ask, DistStep
 from reference_impl.control.rblock import RBlock
 
@@ -65,7 +66,7 @@ def serve(work: PartnerWork, loop) -> float:
         loop.mailbox.post(loop.rm.release_blocks, work.releases)
     if work.segments is not None:  # (such a step moves no KV: exchange.make_batch)
         part = Segments(work.segments, loop.inst_id, loop.model, loop.caches, plane, loop.config.block_size,
-                        loop.device)
+                        loop.device, lambda layer: tag(work.home, layer, SEGMENT_KV))
         with torch.inference_mode():
             part.hand_over(part.run())
         return part.messaging_s

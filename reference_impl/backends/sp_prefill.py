@@ -1,27 +1,39 @@
-"""Sequence-parallel prefill across instance actors (LoongServe's prompt over several instances; a design asks for it
-with Placement.segments, which places each prompt's rBlocks in one run per member of its prefill group).
+"""Sequence-parallel prefill over instances (LoongServe's prompt over several instances; a design asks for it with
+Placement.segments, which places each prompt's rBlocks in one run per member of its prefill group), for both real
+backends: on Ray each member is an actor and the plane torch.distributed (backends/ray: exchange.py, serve.py); on
+the local backend each member a thread of the one process and the plane `LocalPlane`.
 
 A prefill step whose prompts' rBlocks lie in one contiguous run per instance (the segments: `plan_segments`) is
-computed by the segments' instances at once: the home sends each other member the plan (PartnerWork.segments) and
-every member, the home included, runs the model on its own segments' tokens through every layer (`Segments.run`).
-Per layer a member writes its segments' K/V into its own rBlocks, sends that K/V to each member holding a later
-segment of the same prompt and receives the earlier segments' K/V (one data-plane message per pair of members,
-tag kind SEGMENT_KV), then attends each segment's queries over its own K/V (causal) and over each earlier
+computed by the segments' instances at once: the home gives each other member the plan and every member, the home
+included, runs the model on its own segments' tokens through every layer (`Segments.run`). Per layer a member
+writes its segments' K/V into its own rBlocks, sends that K/V to each member holding a later segment of the same
+prompt and receives the earlier segments' K/V (one message per pair of members), then attends each segment's queries over its own K/V (causal) and over each earlier
 segment's (whole), the partials merged with ScaleReduce: exact causal attention over the prompt so far. After the
 last layer the member of each prompt's last segment sends that token's hidden state (after the final norm) to the
 home, which runs the LM head on it and samples. Every member so holds exactly its segment's KV afterwards.
 """
 import math
+import queue
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from reference_impl.backends.ray.dataplane import SEGMENT_KV, tag
-from reference_impl.backends.ray.step import merge
 from reference_impl.control.rblock import DEVICE
+from reference_impl.kernels import scale_reduce
 from reference_impl.model.kv_layer import causal_partial_attention
+
+PLANE_TIMEOUT_S = 60.0  # a local member that waits this long on another has lost it (it raised)
+
+
+def merge(parts):
+    """Partials (out, lse) of one set of query rows over disjoint keys, merged exactly (ScaleReduce)."""
+    if len(parts) == 1:
+        return parts[0][0]
+    return scale_reduce(torch.stack([o for o, _ in parts]), torch.stack([lse for _, lse in parts]))[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +101,13 @@ def plan_segments(home: int, seqs, tables, block_size: int) -> SegmentPlan | Non
 class Segments:
     """One member's part of a sequence-parallel prefill: its segments, what it sends and receives each layer."""
 
-    def __init__(self, plan: SegmentPlan, me: int, model, caches: dict, plane, block_size: int, device):
+    def __init__(self, plan: SegmentPlan, me: int, model, caches: dict, plane, block_size: int, device,
+                 tag: Callable[[int], int]):
+        """caches: tier -> (k, v) of this member; plane: `post(sends, recvs, tag) -> works` by inst_id (Ray's
+        DataPlane, a LocalPlane's member); tag(layer): the tag of that layer's messages (layer = the number of
+        layers: the last hidden states)."""
         c = model.config
-        self.plan, self.me, self.model, self.caches, self.plane = plan, me, model, caches, plane
+        self.plan, self.me, self.model, self.caches, self.plane, self.tag = plan, me, model, caches, plane, tag
         self.hkv, self.d, self.scale = c.num_kv_heads, c.head_dim, 1.0 / math.sqrt(c.head_dim)
         self.num_layers, self.device, self.dtype = c.num_layers, torch.device(device), model.dtype
         self.messaging_s = 0.0
@@ -143,7 +159,7 @@ class Segments:
         sends = {m: torch.stack([k[idx], v[idx]]) for m, idx in self.send_idx.items()}
         recvs = {m: torch.empty(2, n, self.hkv, self.d, dtype=k.dtype, device=self.device)
                  for m, n in self.recv_counts.items()}
-        self._wait(self.plane.post(sends, recvs, tag(self.plan.home, layer, SEGMENT_KV)))
+        self._wait(self.plane.post(sends, recvs, self.tag(layer)))
         out = torch.empty_like(q)
         for s, seg, row in self.mine:
             rows = slice(row, row + seg.num_tokens)
@@ -175,7 +191,7 @@ class Segments:
         """A member: the last hidden states of the prompts that end here, to the home."""
         if last:
             rows = torch.stack([last[s] for s in sorted(last)])
-            self._wait(self.plane.post({self.plan.home: rows}, {}, tag(self.plan.home, self.num_layers, SEGMENT_KV)))
+            self._wait(self.plane.post({self.plan.home: rows}, {}, self.tag(self.num_layers)))
 
     def gather(self, last: dict[int, torch.Tensor], hidden_size: int) -> torch.Tensor:
         """The home: every prompt's last hidden state [S, hidden], its own and those the other members send."""
@@ -184,7 +200,7 @@ class Segments:
             if m != self.me:
                 counts[m] = counts.get(m, 0) + 1
         recvs = {m: torch.empty(n, hidden_size, dtype=self.dtype, device=self.device) for m, n in counts.items()}
-        self._wait(self.plane.post({}, recvs, tag(self.plan.home, self.num_layers, SEGMENT_KV)))
+        self._wait(self.plane.post({}, recvs, self.tag(self.num_layers)))
         taken = dict.fromkeys(recvs, 0)
         rows = []
         for s, m in enumerate(self.plan.last_members()):
@@ -194,3 +210,68 @@ class Segments:
                 rows.append(recvs[m][taken[m]])
                 taken[m] += 1
         return torch.stack(rows)
+
+
+class LocalPlane:
+    """The plane of members that are threads of one process: a send is queued at once, a receive waits for it."""
+
+    def __init__(self):
+        self.queues: dict[tuple, queue.SimpleQueue] = {}
+        self.lock = threading.Lock()
+
+    def _queue(self, key) -> queue.SimpleQueue:
+        with self.lock:
+            return self.queues.setdefault(key, queue.SimpleQueue())
+
+    def member(self, me: int) -> "_LocalMember":
+        return _LocalMember(self, me)
+
+
+@dataclass(frozen=True, slots=True)
+class _Receive:
+    source: queue.SimpleQueue
+    into: torch.Tensor
+
+    def wait(self) -> None:
+        self.into.copy_(self.source.get(timeout=PLANE_TIMEOUT_S))
+
+
+@dataclass(frozen=True, slots=True)
+class _LocalMember:
+    plane: LocalPlane
+    me: int
+
+    def post(self, sends: dict, recvs: dict, tag: int) -> list:
+        for dst, tensor in sends.items():
+            self.plane._queue((self.me, dst, tag)).put(tensor.clone())
+        return [_Receive(self.plane._queue((src, self.me, tag)), buf) for src, buf in recvs.items()]
+
+
+def prefill_in_threads(plan: SegmentPlan, model, caches_of: Callable[[int], dict], block_size: int, device,
+                       hidden_size: int) -> torch.Tensor:
+    """A sequence-parallel prefill in one process: every member but the home in a thread of its own, the home in
+    the caller's; every prompt's last hidden state [S, hidden] (`caches_of(inst_id)`: tier -> (k, v) there)."""
+    plane, errors = LocalPlane(), []
+
+    def member(m: int) -> None:
+        try:
+            with torch.inference_mode():
+                part = Segments(plan, m, model, caches_of(m), plane.member(m), block_size, device, lambda layer: layer)
+                part.hand_over(part.run())
+        except Exception as err:  # noqa: BLE001 (re-raised in the caller's thread)
+            errors.append(err)
+    threads = [threading.Thread(target=member, args=(m,), daemon=True) for m in sorted(plan.members - {plan.home})]
+    for t in threads:
+        t.start()
+    try:
+        home = Segments(plan, plan.home, model, caches_of(plan.home), plane.member(plan.home), block_size, device,
+                        lambda layer: layer)
+        hidden = home.gather(home.run(), hidden_size)
+    except queue.Empty:
+        raise (errors[0] if errors else TimeoutError("a sequence-parallel member never answered")) from None
+    finally:
+        for t in threads:
+            t.join(PLANE_TIMEOUT_S)
+    if errors:
+        raise errors[0]
+    return hidden
