@@ -1,9 +1,10 @@
 """LoongServe (SOSP'24, arXiv 2404.09526): elastic sequence parallelism on Infinite-LLM's instances (the same GPUs).
 One token pool over the instances; each prefill runs sequence-parallel on a group chosen by LoongServe's analytic
 model (backend.py, analytic.py, sp_cost.py); KV stays where the prefill put it and decode is multi-master remote
-attention; placement and scale-up through the Scheduler's creditor hint (placement.py), dispatch (policy.py). The real
-engines have no sequence-parallel prefill: the local engine runs LoongServe's placement and multi-master decode
-(Placement on its Engine), not the design as a whole."""
+attention; placement and scale-up through the Scheduler's creditor hint (placement.py), dispatch (policy.py). Run
+for real on the local and the Ray backend (on_engine.py): the placement read through each instance's peers, each
+prompt split into one segment per member of its group (a simple rule: the master and the idle instances), the
+segments prefilled by their members (backends/sp_prefill.py), decode multi-master (DistAttention's remote path)."""
 from dataclasses import replace
 
 from reference_impl.sim.config import SimConfig
