@@ -16,7 +16,8 @@ def _sim_vs_real(path: Path) -> list[dict]:
     if isinstance(data.get("pooled_arm"), dict):
         arms.append(("pooled Ray", data["pooled_arm"].get("errors") or {}))
     designs = {label: data[key] for key, label in (("lamina_arm", "Lamina Ray"), ("pd_arm", "pd Ray"),
-                                                     ("llumnix_arm", "Llumnix Ray"))
+                                                     ("llumnix_arm", "Llumnix Ray"),
+                                                     ("loongserve_arm", "LoongServe Ray"))
                if isinstance(data.get(key), dict)}  # arms of two designs on the same Ray instances
     arms += [(label, arm.get("errors") or {}) for label, arm in designs.items()]
     where = f"{path.parent.name}, {data['machine']['device']}"

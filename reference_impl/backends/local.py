@@ -1,5 +1,6 @@
 """Local backend: N instances in one process, each with its own rBlock budget, real tensors and kernels."""
 import time
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
@@ -7,6 +8,7 @@ import numpy as np
 import torch
 
 from reference_impl.backends.clock import make_clock, serve_on_clock
+from reference_impl.backends.sp_prefill import plan_segments, prefill_in_threads
 from reference_impl.control.engine import Engine, EngineConfig
 from reference_impl.errors import InputError
 from reference_impl.model.graphs import DecodeGraphs
@@ -24,11 +26,15 @@ class LocalBackend:
     supports_chunked_prefill = True  # a step decodes some requests and prefills prompt chunks of others
 
     def __init__(self, model: LlamaModel, config: EngineConfig, device="cpu", record_logits: bool = False,
-                 inst_ids=None, eager: bool | None = None, graph_max_tokens: int = 8192):
+                 inst_ids=None, eager: bool | None = None, graph_max_tokens: int = 8192,
+                 sequence_parallel: bool = False):
         """inst_ids: the instances whose caches live here (default all; a Ray actor holds its own only).
         eager: None replays decode steps from CUDA graphs on a GPU (graphs.py) and runs eagerly elsewhere; True
         never; False always (without CUDA the graphs' static-buffer steps run eagerly, for tests).
-        graph_max_tokens: the longest context a graph covers (longer steps run eagerly)."""
+        graph_max_tokens: the longest context a graph covers (longer steps run eagerly).
+        sequence_parallel: a whole-prompt prefill whose prompts lie in one rBlock run per instance is computed by
+        those instances, each its own segment (backends/sp_prefill.py; a design's Placement.segments places them so);
+        `sp_degrees` counts such prompts by their number of segments."""
         c = model.config
         self.model = model
         self.device = torch.device(device)
@@ -59,6 +65,8 @@ class LocalBackend:
         self.device_key = self.locations.keys.index(DEVICE)
         self.runner = ModelRunner(model, self.device, config.seed, record_logits, self.graphs)
         self.step_times_s: list[float] = []
+        self.sequence_parallel = sequence_parallel and not self.chunked
+        self.sp_degrees: Counter = Counter()
 
     @contextmanager
     def without_graphs(self):
@@ -110,6 +118,15 @@ class LocalBackend:
     @torch.inference_mode()
     def execute(self, instance, seqs: list[Sequence], is_prefill: bool) -> list[int]:
         t0 = time.perf_counter()
+        if is_prefill and self.sequence_parallel:
+            plan = plan_segments(instance.inst_id, seqs, [instance.rm.tables[s.req_id] for s in seqs], self.block_size)
+            if plan is not None:
+                hidden = prefill_in_threads(plan, self.model, lambda m: {DEVICE: self.caches[(m, DEVICE)]},
+                                            self.block_size, self.device, self.model.config.hidden_size)
+                self.sp_degrees.update(d for d in plan.degrees if d > 1)
+                token_ids = self.runner.sample(seqs, hidden)
+                self.step_times_s.append(time.perf_counter() - t0)
+                return token_ids
         tokens = token_arrays(seqs, is_prefill, self.chunked)
         kv = self.step_kv(instance, seqs, tokens, is_prefill)
         graph_rows = None

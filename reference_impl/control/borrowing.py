@@ -74,6 +74,21 @@ class Borrowing:
                 return False
         return True
 
+    def alloc_runs(self, req_id: int, runs: list[tuple[int, int]]) -> bool:
+        """Admit a request with its rBlocks in `runs`, (inst_id, rBlocks) in token order: this instance's from its
+        free room, a peer's borrowed there; all or none."""
+        self.add_request(req_id)
+        for inst_id, n in runs:
+            if inst_id == self.inst_id:
+                got = self._alloc_run(req_id, n) if n <= self.num_free else []
+            else:
+                got = self.peers[inst_id].borrow(req_id, n)
+            if len(got) < n:
+                self.free_request(req_id)
+                return False
+            self._append(req_id, got)
+        return True
+
     def _borrow_run(self, req_id: int, missing: int, recommend: Recommend | None, must_spill: bool) -> int:
         """A run of rBlocks on one creditor; only the gManager's candidates unless the request is larger than
         this instance (one that fits here may wait for local room rather than take a creditor's)."""

@@ -40,13 +40,15 @@ class Instance:
                       config.max_lent_blocks if blocks is None else blocks, peers,
                       exclusive_roles=config.exclusive_roles, changes=changes)
         if placement.recommend is not None:
-            recommend = placement.recommend
+            recommend = partial(placement.recommend, rm)
         elif not config.pooling:
             recommend = None
         fits = None if placement.fits is None else partial(placement.fits, rm)
+        segments = None if placement.segments is None else partial(placement.segments, rm)
         scheduler = Scheduler(rm, config.block_size, config.max_batch_size, recommend,
                               chunked_prefill_tokens=config.chunked_prefill_tokens,
-                              retrieval=placement.retrieval or retrieval, placement_fits=fits)
+                              retrieval=placement.retrieval or retrieval, placement_fits=fits,
+                              placement_segments=segments)
         return cls(rm, scheduler, max(1, config.move_chunk_tokens // config.block_size))
 
     @property

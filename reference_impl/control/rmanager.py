@@ -122,6 +122,11 @@ class RManager(Borrowing, KVMoves):
         return not (self.tables or self.moves or self.reserved or self.pool.num_used or self._changed
                     or self._removed)
 
+    @property
+    def num_homed(self) -> int:
+        """Requests homed here with KV (the running ones; RemoteRManager: the gManager's last view of the peer's)."""
+        return len(self.tables)
+
     def holders(self, req_id: int) -> dict[int, int]:
         """Which instances hold how much of home request `req_id`: inst_id -> rBlocks."""
         return self.holders_by_req[req_id]

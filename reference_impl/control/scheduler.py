@@ -15,7 +15,8 @@ STALE = -1  # min_waiting_blocks is to be recomputed
 
 class Scheduler:
     def __init__(self, rmanager: RManager, block_size: int, max_batch_size: int, recommend: Recommend | None,
-                 *, chunked_prefill_tokens: int | None = None, retrieval=None, placement_fits=None):
+                 *, chunked_prefill_tokens: int | None = None, retrieval=None, placement_fits=None,
+                 placement_segments=None):
         """`recommend` is the gManager's creditor hint; None turns KV pooling off (the vLLM-M policy).
         `chunked_prefill_tokens`: each step decodes every running request and prefills prompt chunks in the
         tokens left of this budget (vLLM's chunked prefill); None: a step prefills whole prompts or decodes.
@@ -35,6 +36,9 @@ class Scheduler:
         # (request, rBlocks) -> whether the design's placement can take it now (a design that places KV its own way,
         # through `recommend`, asks first instead of allocating and undoing); None: the rManager's admission alone
         self.placement_fits = placement_fits
+        # (request, rBlocks) -> the runs (inst_id, rBlocks) a design splits a prompt into (control/placement.py
+        # `segments`), or None: the rManager's admission
+        self.placement_segments = placement_segments
         self._head_blocked = False
         self.num_waiting_blocks = 0  # rBlocks the waiting requests need at admission
         self._min_waiting_blocks: int | None = None  # kept as requests come, STALE when the smallest leaves
@@ -174,7 +178,9 @@ class Scheduler:
             seq = self.waiting[0]
             need = num_blocks_for(seq.num_tokens, self.block_size)
             fits = self.placement_fits is None or self.placement_fits(seq, need)
-            if not fits or not self.rm.alloc_prompt(seq.req_id, need, self.recommend):
+            runs = self.placement_segments(seq, need) if fits and self.placement_segments is not None else None
+            if not fits or not (self.rm.alloc_runs(seq.req_id, runs) if runs
+                                else self.rm.alloc_prompt(seq.req_id, need, self.recommend)):
                 blocked = True
                 if self._lends_and_may_not_borrow and need <= self.rm.pool.num_capacity:
                     # a creditor may not borrow: it calls back room it lent when that makes the request fit here

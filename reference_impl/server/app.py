@@ -37,7 +37,7 @@ class Server:
 
         if self.config.backend == "ray":
             return RayDriver(self.config.engine_run(), self.served.model, self.config.ray_config())
-        return LocalDriver(self.config.engine_config(), self.served.model)
+        return LocalDriver(self.config.engine_run(), self.served.model)
 
     def check_model(self, name: str | None) -> None:
         if name is not None and name != self.served.name:

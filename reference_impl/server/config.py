@@ -60,9 +60,9 @@ class ServerConfig:
             raise InputError("--chunked-prefill-tokens is the pooled engine's: not with --system")
         run = design(self.system).real_run(self.backend, self.num_instances, self.blocks_per_instance,
                                            self.block_size, max_batch_size=self.max_batch_size, seed=self.seed)
-        if self.backend == "local" and run != EngineRun(run.config):
-            raise InputError(f"--system {self.system} is served with --backend ray: the local server runs no "
-                             "design's placement, dispatch or moves")
+        if self.backend == "local" and (run.homes is not None or run.moves is not None):
+            raise InputError(f"--system {self.system} is served with --backend ray: the local server runs a "
+                             "design's placement, not its dispatch or moves")
         if not run.config.runs_gmanager_rounds:
             return run
         gmanager = replace(run.config.gmanager, interval_s=self.gmanager_interval_s)

@@ -50,10 +50,13 @@ class LocalDriver(_Driver):
     """The local Engine: `--instances` in this process, KV pooled, stepped by the loop's thread."""
     gmanager_rounds_counted = True
 
-    def __init__(self, config, model):
+    def __init__(self, run, model):
+        """run: control/engine_run.py's EngineRun with no homes and no move rule (its config and placement)."""
         from reference_impl.backends.local import LocalBackend, to_device
         from reference_impl.control.engine import Engine
-        self.engine = Engine(config, LocalBackend(to_device(model, "cpu"), config))
+        config = run.config
+        backend = LocalBackend(to_device(model, "cpu"), config, sequence_parallel=run.placement.segments is not None)
+        self.engine = Engine(config, backend, placement=run.placement)
         c = model.config
         # DistAttention per layer and remote holder of a decoding request: the query out, (out, lse) back
         self.remote_bytes_per_holder = c.num_layers * (2 * c.num_heads * c.head_dim * model.dtype.itemsize

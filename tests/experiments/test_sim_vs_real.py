@@ -53,6 +53,7 @@ def test_a_tiny_run_measures_and_predicts_every_rate(tmp_path):
     assert predicted[1] >= predicted[0]  # more offered load: no less throughput from the deterministic simulator
     assert np.isfinite(data["errors"]["infinite-llm"]["output_tok_s"]["median_abs_rel_err"])
     assert data["vllm"].startswith("skipped") and data["lamina"] == "skipped: --param lamina=off"
+    assert data["loongserve"] == "skipped: --quick (--param loongserve=on runs it)"
 
 
 @pytest.mark.parametrize("param, message", [("repeats=0", "repeats must be at least 1"),

@@ -208,7 +208,7 @@ def test_ray_systems_are_the_simulators_policies_over_the_same_rblocks():
 
     configs = {system: engine_config(design(system), 3, 10, 8, seed=1) for system in DESIGNS
                if "ray" in design(system).real_backends}
-    assert set(configs) == {"infinite-llm", "vllm-m", "vllm-s", "pd-disaggregation", "lamina", "llumnix"}
+    assert set(configs) == set(DESIGNS)  # every design runs on Ray
     for c in configs.values():  # every system holds the cluster's 30 rBlocks
         assert c.num_instances * c.blocks_per_instance == 30 and c.block_size == 8 and c.seed == 1
     assert (configs["infinite-llm"].num_instances, configs["infinite-llm"].pooling) == (3, True)
@@ -216,8 +216,9 @@ def test_ray_systems_are_the_simulators_policies_over_the_same_rblocks():
     assert (configs["vllm-s"].num_instances, configs["vllm-s"].pooling) == (1, False)
     for system in ("pd-disaggregation", "llumnix"):
         assert (configs[system].num_instances, configs[system].pooling) == (3, False)
-    with pytest.raises(InputError, match="the simulator and the local backend only, not on ray"):
-        engine_config(design("loongserve"), 3, 10, 8)
+    assert (configs["loongserve"].num_instances, configs["loongserve"].pooling) == (3, True)
+    with pytest.raises(InputError, match="LoongServeKnobs"):
+        engine_config(design("loongserve"), 3, 10, 8, knobs=object())
 
 
 def test_dgfm_swap_while_the_loops_run_keeps_the_tokens():

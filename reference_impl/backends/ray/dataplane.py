@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 MOVE, QUERY, PARTIAL = 1, 2, 3  # kinds of message in a home's step
+SEGMENT_KV = 0  # a sequence-parallel prefill's K/V between members, and its last hidden states (sp_prefill.py)
 MAX_LAYERS = 512
 
 

@@ -10,6 +10,8 @@ import torch
 
 from reference_impl.backends.ray.owned import Owned
 from reference_impl.backends.ray.serve import PartnerWork
+from reference_impl.backends.ray.dataplane import SEGMENT_KV, tag
+from reference_impl.backends.sp_prefill import SegmentPlan, Segments, plan_segments
 from reference_impl.backends.ray.step import DistStep, HomePlan, Pair, plan_step
 from reference_impl.control.sequence import Sequence
 from reference_impl.model.runner import ModelRunner
@@ -21,14 +23,20 @@ class Batch:
     """What the control phase scheduled, for the compute phase (which reads nothing else of the control plane)."""
 
     seqs: list[Sequence]
-    tokens: TokenArrays  # ids and positions fed this step, flattened; each sequence's last row
-    plan: HomePlan
+    tokens: TokenArrays | None  # ids and positions fed this step, flattened; each sequence's last row
+    plan: HomePlan | None
+    segments: SegmentPlan | None = None  # a sequence-parallel prefill (sp_prefill.py): its members compute it
 
 
 def make_batch(rm, seqs: list[Sequence], is_prefill: bool, block_size: int, cache: TableCache | None = None,
-               chunked: bool = False) -> Batch:
-    """`cache`: the home's tables as arrays, kept between steps; `chunked`: the scheduler forms chunked steps."""
+               chunked: bool = False, sequence_parallel: bool = False) -> Batch:
+    """`cache`: the home's tables as arrays, kept between steps; `chunked`: the scheduler forms chunked steps;
+    `sequence_parallel`: a prefill whose prompts lie in segments over instances is computed by them (sp_prefill.py)."""
     req_ids = [s.req_id for s in seqs]
+    if is_prefill and sequence_parallel:
+        segments = plan_segments(rm.inst_id, seqs, [rm.tables[r] for r in req_ids], block_size)
+        if segments is not None:
+            return Batch(seqs, None, None, segments)
     tokens = token_arrays(seqs, is_prefill, chunked)
     if cache is not None and len(cache.entries) > 2 * len(rm.tables) + 64:  # forget finished requests' tables
         cache.keep_only(rm.tables)
@@ -62,10 +70,11 @@ class Exchange(Owned):
                 self.loop.rm.peers[s.inst_id].moving_sources.add((s.device, s.address))
         self.loop.stats.num_copied_blocks += len(pairs)
 
-    def partner_works(self, plan: HomePlan | None) -> dict[int, PartnerWork]:
+    def partner_works(self, plan: HomePlan | None, segments: SegmentPlan | None = None) -> dict[int, PartnerWork]:
         loop, works = self.loop, {}
         asks = plan.asks if plan else {}
         partners = set(asks) | {p[0] for p in self.pairs} | {p[3] for p in self.pairs}
+        partners |= segments.members if segments else set()
         partners |= {i for i, p in loop.rm.peers.items() if i != loop.inst_id and p.deferred_releases}
         partners |= set(self.adoptions)
         for i in sorted(partners - {loop.inst_id}):
@@ -76,7 +85,7 @@ class Exchange(Owned):
             key = (i, loop.plane.spec.address)
             number = self.num_works[key] = self.num_works.get(key, -1) + 1
             works[i] = PartnerWork(loop.inst_id, key[1], asks.get(i), pairs, peer.deferred_releases, number,
-                                   self.adoptions.get(i, []))
+                                   self.adoptions.get(i, []), segments if segments and i in segments.members else None)
             peer.deferred_releases = []
         return works
 
@@ -95,7 +104,9 @@ class Exchange(Owned):
         t1, cpu1 = time.perf_counter(), time.thread_time()
         tokens = None
         with torch.inference_mode():
-            if batch:
+            if batch and batch.segments:
+                tokens = self.forward_segments(batch, step)
+            elif batch:
                 tokens = self.forward(batch, step)
             else:
                 for layer in range(loop.model.config.num_layers):
@@ -122,6 +133,19 @@ class Exchange(Owned):
             keep = [[r for r in keep[0] if r not in done]]
         self.serving = [step for step in keep if step]
         self.loop.stats.reply_wait_s += time.perf_counter() - t0
+
+    def forward_segments(self, batch: Batch, step: DistStep) -> list[int]:
+        """A sequence-parallel prefill: this home's segments (its members compute theirs meanwhile), then the LM
+        head on every prompt's last hidden state."""
+        loop = self.loop
+        part = Segments(batch.segments, loop.inst_id, loop.model, loop.caches, loop.plane, loop.config.block_size,
+                        loop.device, lambda layer: tag(loop.inst_id, layer, SEGMENT_KV))
+        hidden = part.gather(part.run(loop.mailbox.serve), loop.model.config.hidden_size)
+        step.messaging_s += part.messaging_s
+        loop.stats.num_sp_prefills += sum(d > 1 for d in batch.segments.degrees)
+        loop.stats.num_sp_segments += sum(d for d in batch.segments.degrees if d > 1)
+        loop.mailbox.serve()
+        return self.runner.sample(batch.seqs, hidden)
 
     def forward(self, batch: Batch, step: DistStep) -> list[int]:
         mailbox = self.loop.mailbox

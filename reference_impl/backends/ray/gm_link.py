@@ -1,6 +1,6 @@
 """An instance loop's link to the gManager: heartbeats at most every `interval_s` (every step's changes, or the full
-placement list after a restart), and what the replies bring back (the gManager's view of the peers' lendable room,
-its creditor candidates for this instance). Runs on the loop thread."""
+placement list after a restart), and what the replies bring back (the gManager's view of the peers' lendable room
+and running requests, its creditor candidates for this instance). Runs on the loop thread."""
 import time
 
 import ray
@@ -48,14 +48,14 @@ class GManagerLink(Owned):
         self.on_reply(wait_ref(self.gmanager.heartbeat.remote(self.rm.heartbeat(self.instance.status()))))
 
     def on_reply(self, reply) -> None:
-        boot, lendable, self.hint = reply
+        boot, view, self.hint = reply
         if boot != self.boot and self.boot is not None:
             self.full = True
             self.stats.num_gmanager_restarts += 1
         self.boot = boot
         for i, peer in self.rm.peers.items():
             if i != self.rm.inst_id:
-                peer.view_lendable = lendable.get(i, 0)
+                peer.view_lendable, peer.num_homed = view.get(i, (0, 0))
 
     def swap_done(self, swap) -> None:
         self.gmanager.swap_done.remote(swap)

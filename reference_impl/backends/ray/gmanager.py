@@ -38,14 +38,14 @@ class GManagerActor:
             time.sleep(interval_s)
             self.run_round()
 
-    def heartbeat(self, hb) -> tuple[str, dict[int, int], list[int]]:
-        """Take a heartbeat; the reply is this incarnation's boot id, its view of every instance's lendable room
-        and its creditor candidates for the sender (what the sender's admission and creditor choice read about
-        its peers until the next reply)."""
+    def heartbeat(self, hb) -> tuple[str, dict[int, tuple[int, int]], list[int]]:
+        """Take a heartbeat; the reply is this incarnation's boot id, its view of every instance (lendable room,
+        running requests) and its creditor candidates for the sender (what the sender's admission and creditor
+        choice read about its peers until the next reply)."""
         with self.lock:
             if hb.inst_id in self.instances:
                 self.gm.heartbeat(hb)
-            view = {i: s.num_lendable_blocks for i, s in self.gm.status.items()}
+            view = {i: (s.num_lendable_blocks, s.batch_size) for i, s in self.gm.status.items()}
             hint = self.gm.recommend_creditors(hb.inst_id, 1)
         return self.boot_id, view, hint
 

@@ -60,6 +60,7 @@ class InstanceLoop(Owned):
             model.wait = self.mailbox.sleep
         self.link = GManagerLink(gmanager, self.instance, self.stats, heartbeat_interval_s)
         self.exchange = Exchange(self)
+        self.sequence_parallel = placement.segments is not None  # its prompts' segments prefilled by their members
         self.mover = Mover(self, moves)
         self.holds = Holds()
         self.plane, self.group = None, None  # the data-plane group this loop is in (or joining), its address
@@ -219,9 +220,12 @@ class InstanceLoop(Owned):
         self.exchange.begin()
         self.mover.after_step()
         seqs, is_prefill = self.instance.begin_step(self.exchange)
-        batch = (make_batch(self.rm, seqs, is_prefill, self.config.block_size, self.exchange.tables,
-                            self.config.chunked_prefill_tokens is not None) if seqs else None)
-        works = self.exchange.partner_works(batch.plan if batch else None)
+        exchange = self.exchange
+        # (a step that also moves KV or hands requests over takes the home's path, which carries them)
+        batch = (make_batch(self.rm, seqs, is_prefill, self.config.block_size, exchange.tables,
+                            self.config.chunked_prefill_tokens is not None,
+                            self.sequence_parallel and not (exchange.pairs or exchange.adoptions)) if seqs else None)
+        works = exchange.partner_works(batch.plan if batch else None, batch.segments if batch else None)
         self.link.beat()
         self.publish()
         return batch, works

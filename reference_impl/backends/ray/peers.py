@@ -1,8 +1,8 @@
 """A peer instance's rManager seen from inside an instance actor, shaped like `RManager` so that the unchanged
 control plane (rmanager.py, kv_moves.py, dgfm.py) runs on it. Nothing here reads the peer's state directly:
-- what admission and creditor choice read about a peer (`num_lendable`) is the gManager's last view of it
-  (carried back in heartbeat replies), lowered by what this instance reserved there since; a stale view only
-  makes a `try_move_kvcache` be refused, and the protocol retries;
+- what admission and creditor choice read about a peer (`num_lendable`, `num_homed`) is the gManager's last view
+  of it (carried back in heartbeat replies), lowered by what this instance reserved there since; a stale view
+  only makes a `try_move_kvcache` be refused, and the protocol retries;
 - what changes a peer (reservations, blocks, releases, table entries) is a message to the peer's loop thread
   (mailbox.py), numbered per sender so that the peer applies this instance's messages in the order sent. A call
   with a reply waits for it while this loop keeps answering its own mail.
@@ -68,6 +68,7 @@ class RemoteRManager:
         self.tables = RemoteTables(self)
         self.seq = itertools.count()
         self.view_lendable = 0  # the gManager's last view of this peer, minus reservations made here since
+        self.num_homed = 0  # the gManager's last view of the requests running there (RManager.num_homed)
         self.mirror: dict[int, int] = {}  # req_id -> blocks reserved there for this instance's requests
         self.moving_sources: set[tuple[str, int]] = set()  # (tier, address) there read by this step's moves
         self.deferred_releases: list[RBlock] = []  # released by the peer once it has read them (this step)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from reference_impl.backends.ray.dataplane import SEGMENT_KV, tag
+from reference_impl.backends.sp_prefill import SegmentPlan, Segments
 from reference_impl.backends.ray.step import Ask, DistStep
 from reference_impl.control.rblock import RBlock
 
@@ -27,6 +29,7 @@ class PartnerWork:
     releases: list[RBlock] = field(default_factory=list)  # blocks moved out of here: released once read
     number: int = 0  # the home's works for this partner in this group, counted from 0: served in this order
     adopt: list = field(default_factory=list)  # messages.Adopt of requests moving here whole, once this step's KV landed
+    segments: SegmentPlan | None = None  # a sequence-parallel prefill this partner computes its segments of
 
 
 class InTurn:
@@ -61,6 +64,12 @@ def serve(work: PartnerWork, loop) -> float:
                     work.pairs, work.home, loop.model.config, loop.config.block_size, loop.model.dtype, loop.device)
     if work.releases:  # read: the moves' sources were staged when the step was made
         loop.mailbox.post(loop.rm.release_blocks, work.releases)
+    if work.segments is not None:  # (such a step moves no KV: exchange.make_batch)
+        part = Segments(work.segments, loop.inst_id, loop.model, loop.caches, plane, loop.config.block_size,
+                        loop.device, lambda layer: tag(work.home, layer, SEGMENT_KV))
+        with torch.inference_mode():
+            part.hand_over(part.run())
+        return part.messaging_s
     with torch.inference_mode():
         for layer in range(loop.model.config.num_layers):
             step.attend(layer)

@@ -25,6 +25,8 @@ class LoopStats(Owned):
     num_migrations_aborted: int = 0
     num_migrations_refused: int = 0  # (asked for a request not running here, or migrating already)
     num_precopy_stages: int = 0  # ... and their stages copied while the request decoded here
+    num_sp_prefills: int = 0  # prompts this home had prefilled sequence-parallel by 2 or more members ...
+    num_sp_segments: int = 0  # ... and their segments (members) in all
     num_partner_calls: int = 0  # partners' parts of this home's steps sent
     num_served: int = 0  # debtors' steps served here
     num_peer_calls: int = 0  # control-phase calls on a peer's rManager that waited for the reply
@@ -78,6 +80,8 @@ class StepMeans:
     num_moves_accepted: int
     num_moves_refused: int
     num_copied_blocks: int
+    num_sp_prefills: int = 0  # prompts prefilled sequence-parallel, and their segments (sp_prefill.py)
+    num_sp_segments: int = 0
 
     @classmethod
     def of(cls, stats: dict[int, LoopStats]) -> "StepMeans":
@@ -88,4 +92,5 @@ class StepMeans:
                    step * t.reply_wait_s, step * t.peer_call_s, step * t.compute_cpu_s, step * t.control_cpu_s,
                    t.num_served, t.num_peer_calls, call * t.peer_call_s, t.num_partner_calls,
                    served * t.serve_compute_s, served * t.serve_cpu_s,
-                   t.num_moves_accepted, t.num_moves_refused, t.num_copied_blocks)
+                   t.num_moves_accepted, t.num_moves_refused, t.num_copied_blocks, t.num_sp_prefills,
+                   t.num_sp_segments)

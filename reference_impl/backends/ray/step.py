@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from reference_impl.backends.ray.dataplane import MOVE, PARTIAL, QUERY, tag
+from reference_impl.backends.sp_prefill import merge
 from reference_impl.control.rblock import CPU, DEVICE
 from reference_impl.kernels import micro_attention, scale_reduce
 from reference_impl.model.kv_layer import causal_partial_attention
@@ -200,12 +201,6 @@ def _plan_decode(asks, q_rows, merge_slots, decodes, last_row, mine, b_seq, b_in
         q_rows[inst] = [rows[a:b]]
         merge_slots[inst] = slots[a:b]
     return int(rank.max()) + 1
-
-
-def merge(parts):
-    if len(parts) == 1:
-        return parts[0][0]
-    return scale_reduce(torch.stack([o for o, _ in parts]), torch.stack([lse for _, lse in parts]))[0]
 
 
 class DistStep:

@@ -1,25 +1,20 @@
 """LoongServe (SOSP'24, arXiv 2404.09526): elastic sequence parallelism on Infinite-LLM's instances (the same GPUs).
 One token pool over the instances; each prefill runs sequence-parallel on a group chosen by LoongServe's analytic
 model (backend.py, analytic.py, sp_cost.py); KV stays where the prefill put it and decode is multi-master remote
-attention; placement and scale-up through the Scheduler's creditor hint (placement.py), dispatch (policy.py). The real
-engines have no sequence-parallel prefill: the local engine runs LoongServe's placement and multi-master decode
-(Placement on its Engine), not the design as a whole."""
+attention; placement and scale-up through the Scheduler's creditor hint (placement.py), dispatch (policy.py). Run
+for real on the local and the Ray backend (on_engine.py): the placement read through each instance's peers, each
+prompt split into one segment per member of its group (a simple rule: the master and the idle instances), the
+segments prefilled by their members (backends/sp_prefill.py), decode multi-master (DistAttention's remote path)."""
 from dataclasses import replace
 
-from reference_impl.control.engine_config import EngineConfig
 from reference_impl.sim.config import SimConfig
 from reference_impl.systems.design import Design
 from reference_impl.systems.loongserve.backend import LoongServeBackend
 from reference_impl.systems.loongserve.knobs import LoongServeKnobs
+from reference_impl.systems.loongserve.on_engine import engine_run, loongserve_engine
 from reference_impl.systems.loongserve.policy import LoongServePolicy
 
 __all__ = ["DESIGN", "LoongServeKnobs", "loongserve_engine"]
-
-
-def loongserve_engine(engine: EngineConfig) -> EngineConfig:
-    """`engine`'s instances as one token pool: any instance may hold any request's KV (no debtor/creditor roles),
-    and no gManager rounds."""
-    return replace(engine, pooling=True, exclusive_roles=False, dgfm=False).without_gmanager_rounds()
 
 
 def chosen(config: SimConfig, knobs: LoongServeKnobs) -> dict:
@@ -32,5 +27,5 @@ def loongserve(config: SimConfig) -> SimConfig:
 
 DESIGN = Design("loongserve", "elastic sequence-parallel prefill on instance groups, multi-master decode over one "
                 "token pool", configure=loongserve, policy=LoongServePolicy, backend=LoongServeBackend,
-                real_backends=("local",),  # (its placement and multi-master decode; sequence-parallel prefill: no)
+                on_engine=engine_run,
                 knobs=LoongServeKnobs, chosen=chosen)

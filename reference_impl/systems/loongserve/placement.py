@@ -1,5 +1,7 @@
 """LoongServe's KV placement on an engine's instances: the rules (control/placement.py's Placement) its Engine is
-built with (the simulator's policy and the local engine use them alike).
+built with. The simulator's policy reads its engine (`LoongServePlacement`: an instance in a prefill group counts as
+busy); a real backend's instances read the cluster through their rManager's peers (`peer_placement`, a value handed
+to every instance: the local engine's rManagers, on Ray the gManager's last view of each peer). One rule for both:
 
 - At admission a prompt's rBlocks fill its master, then the idle instances (no running request, in no prefill
   group), the freest first (the creditor hint, `recommend`); only a prompt larger than its master spills further
@@ -9,11 +11,15 @@ built with (the simulator's policy and the local engine use them alike).
   decoding instance would force it into the ring, which LoongServe does only when its model says the prefill gains
   more than the decode batch loses (the simulator's backend adds such members by that rule). The Scheduler asks
   `fits` first, so a prompt this placement cannot take waits without allocating.
+- Sequence-parallel prefill (real backends, `SequenceParallel`): a prompt's rBlocks are split evenly over its group
+  (the master and idle instances), one run per member in token order, which the backend prefills with each member
+  computing its own run's tokens (the simulator prices the ring instead: backend.py).
 - Scale-up: a decoding request whose master is full gets its next rBlock where its KV tail is, else on an idle
   instance, else on the one with the most room (RManager.append_block with the same hint); old KV never moves.
 - No rebalancing: a debtor brings no borrowed block home when room frees (the Scheduler's `retrieval`).
 """
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from reference_impl.control.placement import Placement
 from reference_impl.control.sequence import Sequence
@@ -21,6 +27,21 @@ from reference_impl.control.sequence import Sequence
 
 def _no_retrieval(room: int) -> int:
     return 0
+
+
+def freest_first(rooms: list[tuple[int, int]]) -> list[int]:
+    """The ids of (inst_id, room) pairs, the most room first (ties: the lower id)."""
+    return [i for i, _ in sorted(rooms, key=lambda r: (-r[1], r[0]))]
+
+
+def fits_over(rm, num_blocks: int, lendable_idle: int) -> bool:
+    """Whether master `rm` and idle instances lending `lendable_idle` rBlocks can take `num_blocks` now (all
+    instances, for a prompt larger than the master: RManager.alloc_prompt's rule)."""
+    if num_blocks <= rm.num_free:
+        return True
+    if num_blocks > rm.pool.num_capacity:
+        return rm.can_admit(num_blocks, True)
+    return num_blocks <= rm.num_free + lendable_idle
 
 
 class LoongServePlacement:
@@ -36,20 +57,63 @@ class LoongServePlacement:
 
     def rules(self) -> Placement:
         """What the Engine's constructor takes: the creditor hint, no retrieval, the admission check."""
-        return Placement(recommend=self.idle_others, retrieval=_no_retrieval, fits=self.fits)
+        return Placement(recommend=self.recommend, retrieval=_no_retrieval, fits=self.fits)
 
-    def idle_others(self, debtor: int, num_blocks: int = 0) -> list[int]:
+    def recommend(self, rm, debtor: int, num_blocks: int = 0) -> list[int]:
+        return self.idle_others(debtor)
+
+    def idle_others(self, debtor: int) -> list[int]:
         """Where `debtor`'s request places the rBlocks its own room cannot take: the idle instances, freest first."""
-        idle = [inst.rm for inst in self.engine.instances if inst.inst_id != debtor
-                and not inst.scheduler.running and not self.in_prefill(inst.inst_id)]
-        return [rm.inst_id for rm in sorted(idle, key=lambda rm: (-rm.num_free, rm.inst_id))]
+        return freest_first([(inst.inst_id, inst.rm.num_free) for inst in self.engine.instances
+                             if inst.inst_id != debtor and not inst.scheduler.running
+                             and not self.in_prefill(inst.inst_id)])
 
     def fits(self, rm, seq: Sequence, num_blocks: int) -> bool:
-        """Whether the master `rm` and the instances `idle_others` names can take `num_blocks` now (all instances,
-        for a prompt larger than the master: RManager.alloc_prompt's rule)."""
-        if num_blocks <= rm.num_free:
-            return True
-        if num_blocks > rm.pool.num_capacity:
-            return rm.can_admit(num_blocks, True)
         rms = self.engine.rmanagers
-        return num_blocks <= rm.num_free + sum(rms[i].num_lendable for i in self.idle_others(rm.inst_id))
+        return fits_over(rm, num_blocks, sum(rms[i].num_lendable for i in self.idle_others(rm.inst_id)))
+
+
+def idle_peers(rm, debtor: int, num_blocks: int = 0) -> list[int]:
+    """Placement.recommend on a real backend: the peers of `rm` with no request running (`num_homed`), the most
+    lendable room first."""
+    return freest_first([(i, p.num_lendable) for i, p in rm.peers.items() if i != debtor and not p.num_homed])
+
+
+def fits_idle_peers(rm, seq: Sequence, num_blocks: int) -> bool:
+    peers = rm.peers
+    return fits_over(rm, num_blocks, sum(peers[i].num_lendable for i in idle_peers(rm, rm.inst_id)))
+
+
+def even_shares(num_blocks: int, k: int) -> list[int]:
+    """`num_blocks` rBlocks over `k` members in token order, as even as whole rBlocks allow (the first get one more)."""
+    q, r = divmod(num_blocks, k)
+    return [q + (j < r) for j in range(k)]
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceParallel:
+    """Placement.segments on a real backend: a prompt's prefill group is its master and the idle peers (the freest
+    first, as `idle_peers`), as many as can each take an even share of its rBlocks (at least one each) and at most
+    `max_degree` (None: every instance); its rBlocks split into one run per member in token order, the master's
+    first. None (the master alone: the rManager's admission) when no peer can join. The group rule is this simple
+    one, not LoongServe's analytic model (analytic.py: the simulator's, which needs the calibrated cost model)."""
+    max_degree: int | None = None
+
+    def __call__(self, rm, seq: Sequence, num_blocks: int) -> list[tuple[int, int]] | None:
+        peers = rm.peers
+        idle = idle_peers(rm, rm.inst_id)
+        k = min(num_blocks, 1 + len(idle), self.max_degree or len(peers))
+        for k in range(k, 1, -1):
+            members = [rm.inst_id, *idle[:k - 1]]
+            shares = even_shares(num_blocks, k)
+            if shares[0] <= rm.num_free and all(n <= peers[m].num_lendable for m, n in zip(members[1:], shares[1:])):
+                return list(zip(members, shares))
+        return None
+
+
+def peer_placement(max_degree: int | None = None) -> Placement:
+    """The rules on a real backend, read through an instance's rManager and its peers (the local engine's
+    rManagers; on Ray the gManager's last view of each peer): module functions and values, so that the Ray backend
+    can hand the placement to every instance actor and equal placements are one engine."""
+    return Placement(recommend=idle_peers, retrieval=_no_retrieval, fits=fits_idle_peers,
+                     segments=SequenceParallel(max_degree))

@@ -15,8 +15,9 @@ vLLM-M, and simulates the same with the machine's gloo link measured beside the 
 missing, or with --param pooled=off, it is recorded as skipped. The Lamina arm
 (repro/experiments/sim_vs_real/lamina_arm.py) serves the local arm's requests with Lamina's offloading (one compute
 and one memory Ray instance) and with Infinite-LLM on the same two, and simulates both (--param lamina=off: skipped).
-The pd and Llumnix arms (pd_arm.py, llumnix_arm.py) do the same with prefill/decode disaggregation and with
-Llumnix's migration; they run in full runs, with --quick only when asked (--param pd=on, llumnix=on).
+The pd, Llumnix and LoongServe arms (pd_arm.py, llumnix_arm.py, loongserve_arm.py) do the same with prefill/decode
+disaggregation, Llumnix's migration and LoongServe's sequence-parallel prefill; they run in full runs, with --quick
+only when asked (--param pd=on, llumnix=on, loongserve=on).
 """
 import os
 import tempfile
@@ -50,11 +51,11 @@ SYSTEM = "infinite-llm"  # the local engine: one instance, so no pooling partner
 # with the load other work puts on a shared machine)
 QUICK = dict(num_requests=16, repeats=1, max_tokens=96, multipliers=(0.3, 0.6, 1.2, 2.4),
              pooled_requests=60, pooled_multipliers=(0.4, 1.6), lamina_multipliers=(0.4, 1.6), pd_multipliers=(0.4, 1.6),
-             llumnix_multipliers=(0.4, 1.6))
+             llumnix_multipliers=(0.4, 1.6), loongserve_multipliers=(0.4, 1.6))
 FULL = dict(num_requests=32, repeats=3, max_tokens=128, multipliers=(0.25, 0.5, 1.0, 2.0, 4.0),
             pooled_requests=200, pooled_multipliers=(0.2, 0.4, 0.7, 1.0, 1.5, 3.0),
             lamina_multipliers=(0.25, 0.5, 1.0, 2.0), pd_multipliers=(0.25, 0.5, 1.0, 2.0),
-            llumnix_multipliers=(0.25, 0.5, 1.0, 2.0))
+            llumnix_multipliers=(0.25, 0.5, 1.0, 2.0), loongserve_multipliers=(0.25, 0.5, 1.0, 2.0))
 PARAMS = (
     Param("trace", int, 1, "infinite-llm Table 1 trace whose request lengths are served (scaled)"),
     Param("num_requests", int, None, "requests per point (default 32; 16 with --quick)"),
@@ -86,6 +87,12 @@ PARAMS = (
           "Infinite-LLM on the same 2, the local arm's requests, where Ray and 2 cores exist (auto: full runs "
           "only, keeping --quick short; on: --quick too), or not", choices=("auto", "on", "off")),
     Param("llumnix_rates", float_list, None, "the Llumnix arm's rates per second (default: fractions of its "
+          "measured saturation)"),
+    Param("loongserve", str, "auto", "the LoongServe arm: LoongServe (sequence-parallel prefill over 2 Ray "
+          "instances, multi-master decode) and Infinite-LLM on the same 2, the local arm's requests, where Ray and 2 "
+          "cores exist (auto: full runs only, keeping --quick short; on: --quick too), or not",
+          choices=("auto", "on", "off")),
+    Param("loongserve_rates", float_list, None, "the LoongServe arm's rates per second (default: fractions of its "
           "measured saturation)"),
     Param("pooled_instances", int, 2, "instances of the pooled arm"),
     Param("pooled_requests", int, None, "requests per point of the pooled arm (default 200; 60 with --quick)"),
@@ -216,6 +223,13 @@ def run(params: RunParams, log) -> dict:
                                                log)
                 loads += [llumnix_arm["loadavg_1m"]["min"], llumnix_arm["loadavg_1m"]["max"]]
                 llumnix_status = "ran: 2 Ray instances each (Llumnix, Infinite-LLM), on the wall clock"
+            loongserve_status = _full_arm_status(extra["loongserve"], params.quick, device.type, "loongserve")
+            loongserve_arm = None
+            if loongserve_status is None:
+                loongserve_arm = _run_two_designs("loongserve", spec, make, max_tokens, size, repeats, params,
+                                                  Path(tmp), log)
+                loads += [loongserve_arm["loadavg_1m"]["min"], loongserve_arm["loadavg_1m"]["max"]]
+                loongserve_status = "ran: 2 Ray instances each (LoongServe, Infinite-LLM), on the wall clock"
     finally:
         torch.set_num_threads(threads_before)
     points = make_points(runs)
@@ -230,7 +244,8 @@ def run(params: RunParams, log) -> dict:
             "pooled": pooled_status, **({"pooled_arm": pooled_arm} if pooled_arm else {}),
             "lamina": lamina_status, **({"lamina_arm": lamina_arm} if lamina_arm else {}),
             "pd": pd_status, **({"pd_arm": pd_arm} if pd_arm else {}),
-            "llumnix": llumnix_status, **({"llumnix_arm": llumnix_arm} if llumnix_arm else {})}
+            "llumnix": llumnix_status, **({"llumnix_arm": llumnix_arm} if llumnix_arm else {}),
+            "loongserve": loongserve_status, **({"loongserve_arm": loongserve_arm} if loongserve_arm else {})}
 
 
 def _ms(value) -> str:
@@ -300,8 +315,9 @@ def _run_lamina(spec, make, max_tokens: int, size: dict, repeats: int, params: R
 
 def _run_two_designs(arm: str, spec, make, max_tokens: int, size: dict, repeats: int, params: RunParams,
                      folder: Path, log) -> dict:
-    """The pd or the Llumnix arm: the design and Infinite-LLM on the same 2 Ray instances."""
+    """The pd, Llumnix or LoongServe arm: the design and Infinite-LLM on the same 2 Ray instances."""
     from repro.experiments.sim_vs_real.llumnix_arm import run_llumnix_arm  # needs ray: checked above
+    from repro.experiments.sim_vs_real.loongserve_arm import run_loongserve_arm
     from repro.experiments.sim_vs_real.pd_arm import run_pd_arm
     from repro.experiments.sim_vs_real.ray_runs import TwoDesignSetup
 
@@ -309,7 +325,7 @@ def _run_two_designs(arm: str, spec, make, max_tokens: int, size: dict, repeats:
     # an instance holds every running request whole: no preemption on either side
     setup = TwoDesignSetup(blocks_per_instance=max_batch * num_blocks_for(max_tokens, POOLED_BLOCK_SIZE) + 1,
                            block_size=POOLED_BLOCK_SIZE, max_batch_size=max_batch)
-    run_arm = {"pd": run_pd_arm, "llumnix": run_llumnix_arm}[arm]
+    run_arm = {"pd": run_pd_arm, "llumnix": run_llumnix_arm, "loongserve": run_loongserve_arm}[arm]
     result = run_arm(spec, make, setup, multipliers=size[f"{arm}_multipliers"], repeats=repeats, seed=params.seed,
                      quick=params.quick, folder=folder, log=log, rates=params.extra.get(f"{arm}_rates"))
     return {**result, "max_tokens": max_tokens, "errors": error_table(result["points"])}

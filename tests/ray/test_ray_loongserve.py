@@ -1,0 +1,51 @@
+"""LoongServe on the Ray backend (the design's EngineRun: systems/loongserve/on_engine.py, its placement handed to
+every instance actor): each prompt split over its prefill group and prefilled sequence-parallel (every member
+computes its own segment through the layers, backends/ray/sp_prefill.py), decode multi-master over the instances
+holding the KV (DistAttention's remote path), no KV ever moved; the tokens of one local instance."""
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from reference_impl.backends.local import generate as local_generate  # noqa: E402
+from reference_impl.backends.ray import RayConfig, RayEngine  # noqa: E402
+from reference_impl.backends.ray.serving import engine_run, loop_stats  # noqa: E402
+from reference_impl.backends.ray.stats import LoopStats  # noqa: E402
+from reference_impl.control.engine import EngineConfig  # noqa: E402
+from reference_impl.control.sequence import Sequence  # noqa: E402
+from reference_impl.model.llama import TINY, random_model  # noqa: E402
+from reference_impl.systems.catalog import design  # noqa: E402
+from reference_impl.systems.loongserve.placement import peer_placement  # noqa: E402
+
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.usefixtures("local_ray")]
+
+MODEL = random_model(TINY, seed=3)
+PROMPTS = [list(range(1, 45)), [7, 300, 12, 9, 44]]  # 11 rBlocks of 4 tokens: more than an instance's 8
+NUM_NEW = 8
+
+
+def test_prefilled_sequence_parallel_and_decoded_multi_master_as_one_instance():
+    run = engine_run(design("loongserve"), 2, 8, 4, seed=3)
+    assert (run.placement, run.config.pooling, run.config.exclusive_roles) == (peer_placement(), True, False)
+    engine = RayEngine(run.config, MODEL, RayConfig(), placement=run.placement, homes=run.homes, moves=run.moves)
+    holders: dict[int, set] = {}
+
+    def watch(engine):
+        for s in engine.snapshots.values():
+            for e in s.entries:
+                if e.num_blocks:
+                    holders.setdefault(e.req_id, set()).add(e.inst_id)
+    try:
+        seqs = [Sequence(i, list(p), NUM_NEW) for i, p in enumerate(PROMPTS)]
+        for seq in seqs:  # both on instance 0: instance 1 stays idle, so the prefill group is both instances
+            engine.add_request(seq, inst_id=0)
+        engine.run(on_poll=watch)
+        want = local_generate(MODEL, PROMPTS, NUM_NEW, EngineConfig(1, 64, block_size=4), ignore_eos=True)
+        assert [s.output_ids for s in seqs] == want.token_ids
+        assert len(seqs[0].placement) == 2 and holders[0] == {0, 1}  # its KV over both, attended there
+        stats = loop_stats(engine)
+        total = LoopStats.total(stats.values())
+        assert total.num_moves_accepted == 0 and total.num_copied_blocks == 0  # placed, never moved
+        assert total.num_sp_prefills >= 1 and total.num_sp_segments >= 2 * total.num_sp_prefills
+        assert total.num_served >= total.num_sp_segments - total.num_sp_prefills  # the members computed theirs
+    finally:
+        engine.shutdown()
