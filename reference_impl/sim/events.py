@@ -68,7 +68,8 @@ class Step(Event):
         ran, is_busy = bool(outcome.seqs), duration_s is not None
         if ran:
             sim.record_step(inst_id, outcome, now_s + duration_s)
-        sim.stepping(inst_id, is_busy, ran)
+        if not (ran and is_busy and sim.computing[inst_id]):  # (else it computed before and computes on)
+            sim.stepping(inst_id, is_busy, ran)
         if is_busy:  # its next step: this event, moved on (no one else holds it)
             self.time_s = now_s + duration_s
             caused = [self]

@@ -210,13 +210,13 @@ class Simulator:
         """A step for every instance with work, except those whose step could only hand their first request on
         (Scheduler.waits_for_others): one Handoff event after the steps does that for them."""
         steps, parked, busy, pending, schedulers = [], [], self.busy, self.backend.pending, self._schedulers
-        may_wake = self._may_wake
-        may_wake |= self._queues_changed.take()
-        for i in sorted(may_wake):
+        # (a fresh set each call: a set keeps its largest table when members leave, and sorting it walks all of it)
+        candidates, self._may_wake = self._may_wake | self._queues_changed.take(), set()
+        for i in sorted(candidates):
             s = schedulers[i]
             if busy[i] or not (s.running or s.waiting):
-                may_wake.discard(i)  # (until its step ends or its queues change)
-                continue
+                continue  # (dropped until its step ends or its queues change)
+            self._may_wake.add(i)
             if not s.running and s.waits_for_others and not pending[i].sent_tokens:
                 parked.append(i)
             else:
