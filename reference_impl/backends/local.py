@@ -24,17 +24,19 @@ class LocalBackend:
     supports_chunked_prefill = True  # a step decodes some requests and prefills prompt chunks of others
 
     def __init__(self, model: LlamaModel, config: EngineConfig, device="cpu", record_logits: bool = False,
-                 inst_ids=None, eager: bool | None = None, graph_max_tokens: int = 8192):
+                 inst_ids=None, eager: bool | None = None, graph_max_tokens: int = 8192, packed_prefill: bool = True):
         """inst_ids: the instances whose caches live here (default all; a Ray actor holds its own only).
         eager: None replays decode steps from CUDA graphs on a GPU (graphs.py) and runs eagerly elsewhere; True
         never; False always (without CUDA the graphs' static-buffer steps run eagerly, for tests).
-        graph_max_tokens: the longest context a graph covers (longer steps run eagerly)."""
+        graph_max_tokens: the longest context a graph covers (longer steps run eagerly).
+        packed_prefill: on CUDA a prefill step's prompts attend in one varlen call (False: one SDPA a prompt)."""
         c = model.config
         self.model = model
         self.device = torch.device(device)
         self.record_logits = record_logits
         self.block_size = config.block_size
         self.chunked = config.chunked_prefill_tokens is not None
+        self.packed_prefill = packed_prefill
         # The instances held here share one device: one tensor per tier, each instance owning a slice of its
         # blocks, so that the partials of all these locations can run in one micro_attention call.
         insts = list(range(config.num_instances) if inst_ids is None else inst_ids)
@@ -102,7 +104,7 @@ class LocalBackend:
             cache.keep_only(tables)
         blocks = block_arrays([tables[r] for r in req_ids], self.locations, cache, req_ids)
         kv = StepKV(self.caches, None, tokens.num_tokens, tokens.num_new, self.block_size, is_prefill, self.device,
-                    locations=self.locations, blocks=blocks)
+                    locations=self.locations, blocks=blocks, packed=self.packed_prefill)
         if not is_prefill and not kv.is_mixed:
             self.last_decode[instance.inst_id] = (req_ids, [list(tables[r]) for r in req_ids], kv)
         return kv
