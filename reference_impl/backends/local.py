@@ -27,20 +27,22 @@ class LocalBackend:
 
     def __init__(self, model: LlamaModel, config: EngineConfig, device="cpu", record_logits: bool = False,
                  inst_ids=None, eager: bool | None = None, graph_max_tokens: int = 8192,
-                 sequence_parallel: bool = False):
+                 sequence_parallel: bool = False, packed_prefill: bool = True):
         """inst_ids: the instances whose caches live here (default all; a Ray actor holds its own only).
         eager: None replays decode steps from CUDA graphs on a GPU (graphs.py) and runs eagerly elsewhere; True
         never; False always (without CUDA the graphs' static-buffer steps run eagerly, for tests).
         graph_max_tokens: the longest context a graph covers (longer steps run eagerly).
         sequence_parallel: a whole-prompt prefill whose prompts lie in one rBlock run per instance is computed by
         those instances, each its own segment (backends/sp_prefill.py; a design's Placement.segments places them so);
-        `sp_degrees` counts such prompts by their number of segments."""
+        `sp_degrees` counts such prompts by their number of segments.
+        packed_prefill: on CUDA a prefill step's prompts attend in one varlen call (False: one SDPA a prompt)."""
         c = model.config
         self.model = model
         self.device = torch.device(device)
         self.record_logits = record_logits
         self.block_size = config.block_size
         self.chunked = config.chunked_prefill_tokens is not None
+        self.packed_prefill = packed_prefill
         # The instances held here share one device: one tensor per tier, each instance owning a slice of its
         # blocks, so that the partials of all these locations can run in one micro_attention call.
         insts = list(range(config.num_instances) if inst_ids is None else inst_ids)
@@ -110,7 +112,7 @@ class LocalBackend:
             cache.keep_only(tables)
         blocks = block_arrays([tables[r] for r in req_ids], self.locations, cache, req_ids)
         kv = StepKV(self.caches, None, tokens.num_tokens, tokens.num_new, self.block_size, is_prefill, self.device,
-                    locations=self.locations, blocks=blocks)
+                    locations=self.locations, blocks=blocks, packed=self.packed_prefill)
         if not is_prefill and not kv.is_mixed:
             self.last_decode[instance.inst_id] = (req_ids, [list(tables[r]) for r in req_ids], kv)
         return kv

@@ -6,7 +6,8 @@ K/V: one `store_kv` per storage a layer. Decode: a `micro_attention` partial ove
 sequence (the creditor's share of DistAttention), merged with `scale_reduce`. Locations whose caches are slices of
 one tensor (instances sharing a device, `storage`) have their partials computed in one `micro_attention` call, one
 row per (location, sequence) piece; each row is its own partial. Prefill: a prompt whose KV is at one location
-attends over its own K/V with torch SDPA (flash or memory-efficient on CUDA); a prompt spread over locations
+attends over its own K/V with torch SDPA (flash or memory-efficient on CUDA; on CUDA a step whose prompts are each at
+one location runs them all in one varlen FlashAttention call: prompt_attention.py); a prompt spread over locations
 attends over each location's part (`causal_partial_attention`) and the parts merge the same way. A chunked step
 (mixed) decodes some sequences and prefills a prompt chunk of others: the decodes as above, a chunk over its
 prompt's K/V so far, read from its rBlocks (SDPA with the causal mask aligned to the chunk's end where they are at
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 from reference_impl.kernels import micro_attention, scale_reduce, store_kv
+from reference_impl.model.prompt_attention import causal_attention, packed_causal_attention, varlen_fits
 from reference_impl.model.step_inputs import Locations, block_arrays, stage
 
 Location = tuple[int, str]  # (inst_id, tier)
@@ -38,13 +40,6 @@ def causal_partial_attention(q, k, v, pos_q, pos_k, scale):
     probs = torch.exp(scores - torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))[..., None])
     out = probs @ v.float().permute(1, 0, 2)[:, None]  # [Hkv, G, Tq, D]
     return out.permute(2, 0, 1, 3).reshape(tq, hq, d), lse.permute(2, 0, 1).reshape(tq, hq)
-
-
-def causal_attention(q, k, v):
-    """One whole prompt: q [T, Hq, D], k/v [T, Hkv, D] -> [T, Hq, D] by torch SDPA (causal, GQA)."""
-    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-                                         is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
-    return out[0].transpose(0, 1)
 
 
 def chunk_attention(q, k, v):
@@ -165,9 +160,10 @@ class StepKV:
 
     def __init__(self, caches: dict[Location, tuple], tables, num_tokens, num_new, block_size: int,
                  is_prefill: bool, device, storage: dict | None = None, shared: dict | None = None, *,
-                 locations: Locations | None = None, blocks=None):
+                 locations: Locations | None = None, blocks=None, packed: bool = True):
         """`storage`: location -> (key, block offset) into `shared[key]` caches, for locations on one device.
-        `locations` and `blocks` (step_inputs.py) may be given instead, built by the caller."""
+        `locations` and `blocks` (step_inputs.py) may be given instead, built by the caller. `packed`: on CUDA, a
+        prefill of several prompts each at one location attends in one varlen call (prompt_attention.py)."""
         self.locations = locations or Locations(caches, storage, shared)
         self.block_size, self.is_prefill, self.device = block_size, is_prefill, torch.device(device)
         self.blocks = blocks if blocks is not None else block_arrays(tables, self.locations)
@@ -179,9 +175,14 @@ class StepKV:
         self._all_blocks = None  # a replanned step's blocks, built when asked (`replan`)
         self.decode_q = None  # a chunked step: the token rows of its decoding sequences (a tensor)
         self.prefill = []
+        self.packed = None  # (cu_seqlens int32 on the device, longest prompt) of a packed prefill
         self._plan_writes()
         if is_prefill:
             self._plan_prefill(range(self.num_seqs))
+            if packed and self.device.type == "cuda" and self.num_seqs > 1 and all(
+                    how[0] == "own" for _, how in self.prefill):
+                cu = np.concatenate(([0], np.cumsum(self.num_new))).astype(np.int32)
+                self.packed = (self._tensor(cu), int(self.num_new.max()))
         elif self.num_new.shape[0] and int(self.num_new.max()) > 1:
             self._plan_mixed()
         else:
@@ -381,6 +382,8 @@ class StepKV:
             store_kv(k if rows is None else k[rows], v if rows is None else v[rows], k_cache[layer], v_cache[layer],
                      slots, has_padding=False)
         if self.is_prefill:
+            if self.packed is not None and varlen_fits(q):
+                return packed_causal_attention(q, k, v, *self.packed)
             outs = [out for _, out in self._prefill(layer, q, k, v)]
             return outs[0] if len(outs) == 1 else torch.cat(outs)
         if self.decode_q is None:

@@ -5,7 +5,7 @@ of every layer), shared by the instances on the device (each also holds its CPU-
 import torch
 
 from reference_impl.errors import InputError
-from reference_impl.model.kv_layer import causal_attention
+from reference_impl.model.prompt_attention import causal_attention
 
 
 def block_bytes(model, block_size: int) -> int:
