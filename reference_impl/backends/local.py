@@ -204,7 +204,7 @@ def to_device(model: LlamaModel, device) -> LlamaModel:
         return model.to(device)
     if model.w["model.embed_tokens.weight"].device == device:
         return model
-    moved = LlamaModel(model.config, {k: w.to(device) for k, w in model.w.items()})
+    moved = LlamaModel(model.config, {k: w.to(device) for k, w in model.w.items()}, model.silu_mul_backend)
     moved.inv_freq = model.inv_freq.to(device)
     return moved
 

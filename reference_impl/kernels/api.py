@@ -1,9 +1,12 @@
-"""Public DistAttention API: MicroAttention, ScaleReduce and their composition, on any backend."""
+"""Public kernel API: MicroAttention, ScaleReduce and their composition (DistAttention), the K/V store and the
+MLP's SiLU-mul, on any backend."""
 import torch
 
 from reference_impl.kernels.backend import resolve_backend
-from reference_impl.kernels.torch_impl import micro_attention_torch, scale_reduce_torch, store_kv_torch
-from reference_impl.kernels.triton_launch import micro_attention_triton, scale_reduce_triton, store_kv_triton
+from reference_impl.kernels.torch_impl import micro_attention_torch, scale_reduce_torch, silu_mul_torch, store_kv_torch
+from reference_impl.kernels.triton_launch import (
+    micro_attention_triton, scale_reduce_triton, silu_mul_triton, store_kv_triton,
+)
 from reference_impl.kernels.validate import (
     check_micro_attention_inputs, check_scale_reduce_inputs, resolve_scale,
 )
@@ -52,6 +55,17 @@ def store_kv(k, v, k_cache, v_cache, slots, *, backend="auto", has_padding=True)
     if resolve_backend(backend, k.device) == "triton":
         return store_kv_triton(k, v, k_cache, v_cache, slots)
     return store_kv_torch(k, v, k_cache, v_cache, slots, has_padding)
+
+
+def silu_mul(x, *, backend="auto"):
+    """SwiGLU's activation of the fused gate-up projection: x [T, 2I] (gate in the first I columns, up in the
+    last) -> silu(gate) * up [T, I] in x.dtype. Triton reads x once and writes the result once (math in fp32);
+    torch runs silu, then the product, each in x.dtype."""
+    if x.dim() != 2 or x.shape[1] % 2 or not x.is_floating_point():
+        raise InputError(f"silu_mul: x must be a float [T, 2I] tensor, got {tuple(x.shape)} {x.dtype}")
+    if resolve_backend(backend, x.device) == "triton":
+        return silu_mul_triton(x)
+    return silu_mul_torch(x)
 
 
 def scale_reduce(outs, lses, *, backend="auto"):

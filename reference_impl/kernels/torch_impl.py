@@ -1,10 +1,12 @@
-"""Plain-PyTorch MicroAttention and ScaleReduce over paged KV: the path real runs take on CPU.
+"""Plain-PyTorch MicroAttention and ScaleReduce over paged KV, the K/V store and SiLU-mul: the path real runs take
+on CPU.
 
 MicroAttention walks the KV in chunks of a few MiB that reuse the same gather buffers: fresh large
 allocations on CPU cost page faults that take longer than the attention itself. Chunks are merged
 with ScaleReduce, so a chunk is just one more partial.
 """
 import torch
+import torch.nn.functional as F
 
 WORKSPACE_BYTES = 4 * 2**20  # fp32 K (and V) working set of one chunk
 
@@ -97,3 +99,9 @@ def store_kv_torch(k, v, k_cache, v_cache, slots, has_padding: bool = True):
         k, v, slots = k[keep], v[keep], slots[keep]
     flat_k.index_copy_(0, slots, k.to(flat_k.dtype))
     flat_v.index_copy_(0, slots, v.to(flat_v.dtype))
+
+
+def silu_mul_torch(x):
+    """Same contract as `silu_mul`: two pointwise ops in x.dtype (Hugging Face LLaMA's `act_fn(gate) * up`)."""
+    gate, up = x.chunk(2, -1)
+    return F.silu(gate) * up

@@ -1,4 +1,5 @@
-"""Triton DistAttention kernels: MicroAttention over paged rBlocks (split-KV) and the ScaleReduce merge.
+"""Triton kernels: MicroAttention over paged rBlocks (split-KV), the ScaleReduce merge, the in-place K/V store, and
+the MLP's fused SiLU-mul.
 
 Import through `reference_impl.kernels.backend.load_triton()`, which turns on the interpreter on CPU.
 """
@@ -117,3 +118,15 @@ def store_kv_kernel(
     v = tl.load(v_ptr + tok * stride_v_tok + offs, mask=mask, other=0.0)
     tl.store(k_cache_ptr + slot * stride_kc_slot + offs, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
     tl.store(v_cache_ptr + slot * stride_vc_slot + offs, v.to(v_cache_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def silu_mul_kernel(x_ptr, out_ptr, width, stride_x_row, stride_o_row, BLOCK: tl.constexpr):
+    # One program: BLOCK columns of one row; the gate is x[:, :width], the up projection x[:, width:] (fp32 math).
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < width
+    gate = tl.load(x_ptr + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(x_ptr + row * stride_x_row + width + cols, mask=mask, other=0.0).to(tl.float32)
+    out = gate / (1.0 + tl.exp(-gate)) * up
+    tl.store(out_ptr + row * stride_o_row + cols, out.to(out_ptr.dtype.element_ty), mask=mask)

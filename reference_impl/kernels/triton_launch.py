@@ -100,3 +100,17 @@ def store_kv_triton(k, v, k_cache, v_cache, slots):
             k.stride(0), v.stride(0), k_cache.stride(1), v_cache.stride(1),
             ROW=row, ROW_PAD=max(16, _next_pow2(row)),
         )
+
+
+def silu_mul_triton(x):
+    """x [T, 2I] (gate, then up) -> silu(gate) * up [T, I] in x.dtype, in one pass over x."""
+    kernels = load_triton()
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    width = x.shape[1] // 2
+    out = torch.empty(x.shape[0], width, dtype=x.dtype, device=x.device)
+    block = min(1024, _next_pow2(width))
+    if x.shape[0] and width:
+        kernels.silu_mul_kernel[(x.shape[0], _cdiv(width, block))](x, out, width, x.stride(0), out.stride(0),
+                                                                   BLOCK=block)
+    return out

@@ -5,6 +5,7 @@ Tokens of a step are flattened: `forward(input_ids [T], positions [T], attend)` 
 attention wherever they live. Loads a Hugging Face LLaMA folder (config.json + *.safetensors) or builds the
 `tiny` preset from a seed.
 """
+import copy
 import json
 import math
 from dataclasses import asdict
@@ -14,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from reference_impl.errors import InputError
+from reference_impl.kernels import silu_mul
 from reference_impl.model.config import TINY, ModelConfig, config_from_hf  # noqa: F401 (the model's public names)
 
 
@@ -31,10 +33,13 @@ def apply_rope(x, cos, sin):
 
 class LlamaModel:
     """The decoder over `weights` (Hugging Face names). Each layer's Q/K/V and gate/up projections are fused into
-    one matrix at construction, and the separate names become views of it (no second copy)."""
+    one matrix at construction, and the separate names become views of it (no second copy). `silu_mul_backend`:
+    the kernels' backend of the MLP's SiLU-mul ("auto": the fused Triton kernel on CUDA, torch's two pointwise
+    ops elsewhere)."""
 
-    def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor]):
+    def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor], silu_mul_backend: str = "auto"):
         self.config = config
+        self.silu_mul_backend = silu_mul_backend
         self.w = dict(weights)
         self.fused = [self._fuse(i) for i in range(config.num_layers)]
         d = config.head_dim
@@ -58,13 +63,19 @@ class LlamaModel:
         kv = c.num_kv_heads * c.head_dim
         return (c.hidden_size, kv, kv) if len(group) == 3 else (c.intermediate_size, c.intermediate_size)
 
+    def with_silu_mul(self, backend: str) -> "LlamaModel":
+        """The same model (its weights shared, not copied) with the MLP's SiLU-mul on `backend`."""
+        model = copy.copy(self)
+        model.silu_mul_backend = backend
+        return model
+
     @property
     def dtype(self):
         return self.w["model.embed_tokens.weight"].dtype
 
     def to(self, device) -> "LlamaModel":
         """The same model with its weights on `device`."""
-        return LlamaModel(self.config, {k: w.to(device) for k, w in self.w.items()})
+        return LlamaModel(self.config, {k: w.to(device) for k, w in self.w.items()}, self.silu_mul_backend)
 
     def rope(self, positions):
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
@@ -87,8 +98,7 @@ class LlamaModel:
             attn = attend(i, qk[:, :hq], qk[:, hq:], qkv[:, hqk:])
             x = x + attn.reshape(num_tokens, -1) @ w[p + "self_attn.o_proj.weight"].T
             h = rms_norm(x, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
-            gate, up = (h @ gate_up_w.T).chunk(2, -1)
-            x = x + (F.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
+            x = x + silu_mul(h @ gate_up_w.T, backend=self.silu_mul_backend) @ w[p + "mlp.down_proj.weight"].T
         return rms_norm(x, w["model.norm.weight"], c.rms_norm_eps)
 
     def logits(self, hidden):

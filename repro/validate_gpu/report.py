@@ -37,6 +37,18 @@ def _part_lines(name: str, r: dict) -> list[str]:
                       f"{r['decode_graphs']['capture_s']:.1f} s, {r['decode_graphs']['eager_steps']} steps without a graph)",
                       f"- prefill up to {h['prefill_tflops_max']:.1f} TFLOP/s{tf_peak}; the longest prompt "
                       f"{h['prefill_ratio_longest']:.2f}x its prediction"]
+        if "packed_prefill" in r:  # results from before packed prefill lack these
+            d = r["silu_mul_decode"]
+            lines += [f"- several prompts in one prefill step: one SDPA a prompt / varlen median "
+                      f"{h['packed_speedup_median']:.2f}x, measured / predicted median {h['packed_ratio_median']:.2f}x",
+                      f"- SiLU-mul torch / fused Triton: prefill median {h['silu_mul_prefill_speedup_median']:.2f}x, "
+                      f"decode (batch {d['batch']}, {d['context']} tokens) {h['silu_mul_decode_speedup']:.2f}x",
+                      "", "| prompts | tokens | packed ms | one SDPA a prompt ms | torch SiLU-mul ms | predicted ms | "
+                      "ratio | TFLOP/s |", "|---|---|---|---|---|---|---|---|"]
+            for p in r["packed_prefill"]:
+                lines.append(f"| {p['prompts']} | {p['tokens']} | {1e3 * p['packed_s']:.2f} | "
+                             f"{1e3 * p['per_prompt_s']:.2f} | {1e3 * p['unfused_s']:.2f} | "
+                             f"{1e3 * p['predicted_s']:.2f} | {p['ratio']:.2f} | {p['tflops']:.1f} |")
         lines += ["", "| step | batch | tokens | measured ms | eager ms | predicted ms | ratio | attention ms "
                   "(predicted) | KV GB/s | step GB/s or TFLOP/s |", "|---|---|---|---|---|---|---|---|---|---|"]
         for p in r["points"]:

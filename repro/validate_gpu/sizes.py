@@ -46,6 +46,8 @@ class StepsSize:
     prefill_lens: tuple[int, ...]
     max_kv_gib: float  # KV allocated for the decode grid (points beyond it are skipped)
     reps: int
+    packed_prefills: tuple[tuple[int, ...], ...]  # prompt lengths prefilled together in one step
+    silu_mul_decode: tuple[int, int]  # (batch, context) of the decode step timed with SiLU-mul fused and not
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +107,8 @@ GPU = Sizes(
                            spill_instances=3, spill_blocks_per_instance=40),
     steps=StepsSize(model="llama2-7b", num_layers=None, dtype="float16", batches=(1, 4, 16, 64),
                     contexts=(1024, 4096, 16384), prefill_lens=(512, 1024, 2048, 4096, 8192), max_kv_gib=40.0,
-                    reps=5),
+                    reps=5, packed_prefills=((512,) * 8, (64,) * 32, (100, 900, 2000, 300, 700)),
+                    silu_mul_decode=(16, 1024)),
     pooling=PoolingSize(shape=POOL_SHAPE, dtype="float32", num_requests=8, prompt_len=192, new_tokens=48,
                         instances=(2, 4), block_size=16),
     serving=ServingSize(model="llama2-7b", dtype="float16", trace=1, num_requests=20, max_tokens=512,
@@ -123,7 +126,8 @@ DRY = Sizes(
     engine=EngineCheckSize(shape=TOY, prompt_lens=(5, 11), new_tokens=12, block_size=4, spill_instances=3,
                            spill_blocks_per_instance=5),
     steps=StepsSize(model="llama-tiny", num_layers=2, dtype="float32", batches=(1, 4), contexts=(64, 256),
-                    prefill_lens=(32, 128), max_kv_gib=0.05, reps=2),
+                    prefill_lens=(32, 128), max_kv_gib=0.05, reps=2, packed_prefills=((16, 40, 8),),
+                    silu_mul_decode=(4, 64)),
     pooling=PoolingSize(shape=TOY, dtype="float32", num_requests=3, prompt_len=24, new_tokens=8,
                         instances=(2, 3), block_size=4),
     serving=ServingSize(model="llama-tiny", dtype="float32", trace=1, num_requests=6, max_tokens=48,

@@ -5,7 +5,8 @@ paged rBlocks, the LM head, the sampled ids back on the host), timed from the ho
 blocks scattered at random over the cache, as in a cache that has seen many requests come and go. Decode steps
 run from CUDA graphs and eagerly (`without_graphs`) in the same run, over the same caches; each gets its achieved
 bandwidth (weights + KV read, over the step time) against the device's HBM peak, and each prefill its achieved
-TFLOP/s (2 x parameters x tokens + causal attention) against the dense fp16/bf16 peak."""
+TFLOP/s (2 x parameters x tokens + causal attention) against the dense fp16/bf16 peak. Several prompts prefilled in
+one step, and the fused SiLU-mul, are measured against their switched-off paths (step_variants.py)."""
 import statistics
 import time
 from dataclasses import replace
@@ -198,6 +199,13 @@ def run(size, device: torch.device) -> dict:
         points.append({"kind": "prefill", "batch": 1, "context": n, "kv_bytes": 0, "measured_s": measured,
                        "predicted_s": predicted, "ratio": measured / predicted, "tflops": tflops,
                        "tflops_pct_of_peak": None if peak_tf is None else 100 * tflops / peak_tf})
+    del backend
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    from repro.validate_gpu.step_variants import packed_points, silu_mul_decode  # (it imports this module)
+
+    packed = packed_points(model, size, device, rng, predictor, peak_tf)
+    silu_decode = silu_mul_decode(model, size, device, rng)
     for p in points:
         if p["kind"] == "decode":
             p["attention_pct_of_peak"] = 100 * p["attention_kv_gb_s"] / peak_gb_s
@@ -215,7 +223,8 @@ def run(size, device: torch.device) -> dict:
             "shape_matches_prediction": spec.name == COMMITTED_MODEL and config.num_layers == predictor.num_layers,
             "kv_capacity_tokens": capacity, "skipped": [{"batch": b, "context": c} for b, c in skipped],
             "points": points, "peak_gb_s": peak_gb_s, "peak_source": peak_source, "peak_tflops": peak_tf,
-            "weight_bytes": weights, "decode_graphs": decode_graphs,
+            "weight_bytes": weights, "decode_graphs": decode_graphs, "packed_prefill": packed,
+            "silu_mul_decode": silu_decode,
             "headline": {"decode_median_ratio": median_ratio("decode"), "prefill_median_ratio": median_ratio("prefill"),
                          "decode_points": sum(p["kind"] == "decode" for p in points),
                          "prefill_points": sum(p["kind"] == "prefill" for p in points),
@@ -229,4 +238,8 @@ def run(size, device: torch.device) -> dict:
                          "prefill_tflops_max": max(p["tflops"] for p in prefill),
                          "prefill_pct_of_peak_max": None if peak_tf is None else
                          max(p["tflops_pct_of_peak"] for p in prefill),
-                         "prefill_ratio_longest": prefill[-1]["ratio"]}}
+                         "prefill_ratio_longest": prefill[-1]["ratio"],
+                         "packed_speedup_median": statistics.median(p["packed_speedup"] for p in packed),
+                         "packed_ratio_median": statistics.median(p["ratio"] for p in packed),
+                         "silu_mul_prefill_speedup_median": statistics.median(p["silu_mul_speedup"] for p in packed),
+                         "silu_mul_decode_speedup": silu_decode["silu_mul_speedup"]}}

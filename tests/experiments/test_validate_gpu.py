@@ -57,6 +57,11 @@ def test_dry_run_checks_what_it_claims(dry_run):
         rows.sort(key=lambda p: p["context"])
         assert rows[-1]["predicted_s"] > rows[0]["predicted_s"]
     assert all(0 < p["attention_s"] < p["eager_s"] for p in decode)  # both eager (measured_s: from graphs)
+    packed = parts["steps"]["packed_prefill"]  # every switched-off path ran beside the default one
+    assert [p["prompt_lens"] for p in packed] == [list(lens) for lens in DRY.steps.packed_prefills]
+    assert all(p[k] > 0 for p in packed for k in ("packed_s", "per_prompt_s", "unfused_s"))
+    silu = parts["steps"]["silu_mul_decode"]
+    assert (silu["batch"], silu["context"]) == DRY.steps.silu_mul_decode and silu["fused_s"] > 0 < silu["unfused_s"]
     pooling = parts["pooling"]
     assert all(all(r["equal"]) and r["max_remote_fraction"] > 0 for r in pooling["runs"])
     serving = parts["serving"]
