@@ -24,8 +24,12 @@ IDLE = {"num_used": 0, "reserved": {}, "num_moves": 0, "num_tables": 0}
 
 
 def test_migrated_mid_decode_as_one_instance():
+    from reference_impl.model.device_time import DeviceTimeModel
+
     config = EngineConfig(3, 16, block_size=4, pooling=False, seed=3)  # vLLM-M's
-    engine = RayEngine(config, MODEL, RayConfig())
+    # 20 ms of device time a step: an actor that gets a core late (a loaded machine) cannot see the others run to
+    # the end of their requests before it has decoded two tokens
+    engine = RayEngine(config, DeviceTimeModel(0.02, MODEL), RayConfig())
     try:
         seqs = [Sequence(i, list(p), NUM_NEW) for i, p in enumerate(PROMPTS)]
         homes = [engine.add_request(seq, i) for i, seq in enumerate(seqs)]
