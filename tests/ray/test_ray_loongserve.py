@@ -47,5 +47,9 @@ def test_prefilled_sequence_parallel_and_decoded_multi_master_as_one_instance():
         assert total.num_moves_accepted == 0 and total.num_copied_blocks == 0  # placed, never moved
         assert total.num_sp_prefills >= 1 and total.num_sp_segments >= 2 * total.num_sp_prefills
         assert total.num_served >= total.num_sp_segments - total.num_sp_prefills  # the members computed theirs
+        # the split prefill's step, then request 0's decode steps attending over both instances
+        assert total.num_split_steps >= 1 and total.num_remote_steps >= NUM_NEW - 1
+        assert total.num_split_steps + total.num_remote_steps <= total.num_steps
+        assert 0 < total.split_step_s + total.remote_step_s <= total.step_s * (1 + 1e-9)
     finally:
         engine.shutdown()

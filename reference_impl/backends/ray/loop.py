@@ -190,8 +190,15 @@ class InstanceLoop(Owned):
         tokens = self.exchange.run(batch, works)
         if batch:
             self.last = (batch.seqs, tokens)
+        step_s = time.perf_counter() - t0
         stats.num_steps += 1
-        stats.step_s += time.perf_counter() - t0
+        stats.step_s += step_s
+        if batch and batch.segments:
+            stats.num_split_steps += 1
+            stats.split_step_s += step_s
+        elif batch and any(i != self.inst_id for i in batch.plan.asks):
+            stats.num_remote_steps += 1
+            stats.remote_step_s += step_s
 
     def fail(self, err: Exception) -> None:
         """Publish the failure, then wait for the driver's new group (or a stop), answering mail meanwhile."""

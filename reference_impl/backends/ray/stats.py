@@ -27,6 +27,10 @@ class LoopStats(Owned):
     num_precopy_stages: int = 0  # ... and their stages copied while the request decoded here
     num_sp_prefills: int = 0  # prompts this home had prefilled sequence-parallel by 2 or more members ...
     num_sp_segments: int = 0  # ... and their segments (members) in all
+    num_split_steps: int = 0  # steps that prefilled sequence-parallel (this home's share of num_steps) ...
+    split_step_s: float = 0.0  # ... and their wall clock (as step_s)
+    num_remote_steps: int = 0  # steps that asked another instance to attend (remote MicroAttention) ...
+    remote_step_s: float = 0.0  # ... and their wall clock
     num_partner_calls: int = 0  # partners' parts of this home's steps sent
     num_served: int = 0  # debtors' steps served here
     num_peer_calls: int = 0  # control-phase calls on a peer's rManager that waited for the reply
@@ -82,6 +86,10 @@ class StepMeans:
     num_copied_blocks: int
     num_sp_prefills: int = 0  # prompts prefilled sequence-parallel, and their segments (sp_prefill.py)
     num_sp_segments: int = 0
+    num_split_steps: int = 0  # steps of each kind, and the mean wall clock of one (ms; 0 without one)
+    split_step_ms: float = 0.0
+    num_remote_steps: int = 0
+    remote_step_ms: float = 0.0
 
     @classmethod
     def of(cls, stats: dict[int, LoopStats]) -> "StepMeans":
@@ -93,4 +101,5 @@ class StepMeans:
                    t.num_served, t.num_peer_calls, call * t.peer_call_s, t.num_partner_calls,
                    served * t.serve_compute_s, served * t.serve_cpu_s,
                    t.num_moves_accepted, t.num_moves_refused, t.num_copied_blocks, t.num_sp_prefills,
-                   t.num_sp_segments)
+                   t.num_sp_segments, t.num_split_steps, 1e3 * t.split_step_s / max(1, t.num_split_steps),
+                   t.num_remote_steps, 1e3 * t.remote_step_s / max(1, t.num_remote_steps))

@@ -75,6 +75,13 @@ class TwoDesignSetup:
     num_instances: int = 2
 
 
+def _kinds(stats: dict) -> str:
+    """The steps that prefilled sequence-parallel or asked another instance to attend, where there were any."""
+    kinds = [f"{stats[f'num_{k}_steps']} {k} at {stats[f'{k}_step_ms']:.1f} ms" for k in ("split", "remote")
+             if stats[f"num_{k}_steps"]]
+    return f" ({', '.join(kinds)})" if kinds else ""
+
+
 def run_designs(spec, make_requests, setup, engine_runs: dict, simulated, *, label: str, multipliers, repeats: int,
                 seed: int, quick: bool, folder: Path, log, rates=None, extra=None) -> dict:
     """Measured and simulated runs of each design of `engine_runs` (system -> (EngineConfig, serve kwargs)) on the
@@ -146,7 +153,8 @@ def run_designs(spec, make_requests, setup, engine_runs: dict, simulated, *, lab
                              **(extra(system, base, perf, requests) if extra else {})})
                 log(f"  {label} {system:<12} rate {rate:g}/s: measured {measured['output_tok_s']:.1f} tok/s, "
                     f"predicted {predicted['output_tok_s']:.1f}; TTFT {1e3 * (measured['mean_ttft_s'] or 0):.0f} vs "
-                    f"{1e3 * (predicted['mean_ttft_s'] or 0):.0f} ms; step {stats['step_ms']:.1f} ms; load {loads[-1]}")
+                    f"{1e3 * (predicted['mean_ttft_s'] or 0):.0f} ms; step {stats['step_ms']:.1f} ms{_kinds(stats)}; "
+                    f"load {loads[-1]}")
     finally:
         if server is not None:
             server.close()
