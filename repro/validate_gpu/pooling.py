@@ -13,7 +13,7 @@ from reference_impl.control.rblock import DEVICE, RBlock
 from reference_impl.control.sequence import num_blocks_for
 from reference_impl.model.llama import ModelConfig, random_model
 from repro.validate_gpu.engine_check import remote_fraction
-from repro.validate_gpu.steps import on_instance, sequences, timed_step_s
+from repro.validate_gpu.step_timing import on_instance, sequences, timed_step_s
 
 SEED = 0
 

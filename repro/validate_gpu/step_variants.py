@@ -7,7 +7,7 @@ from reference_impl.backends.local import LocalBackend
 from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.control.engine import EngineConfig
 from reference_impl.control.sequence import Sequence, num_blocks_for
-from repro.validate_gpu.steps import BLOCK_SIZE, on_instance, prefill_flops, sequences, timed_step_s
+from repro.validate_gpu.step_timing import BLOCK_SIZE, on_instance, prefill_flops, sequences, timed_step_s
 
 
 def _prompts(lens, vocab: int, rng):

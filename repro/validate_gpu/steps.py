@@ -10,7 +10,6 @@ one step, and the fused SiLU-mul, are measured against their switched-off paths 
 import statistics
 import time
 from dataclasses import replace
-from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -20,14 +19,15 @@ from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.calibration.perf_model import InstanceLoad, causal_prefill_pairs, step_time_s
 from reference_impl.calibration.specs import model_spec
 from reference_impl.control.engine import EngineConfig
-from reference_impl.control.rblock import DEVICE, RBlock
-from reference_impl.control.sequence import Sequence, num_blocks_for
+from reference_impl.control.sequence import num_blocks_for
 from reference_impl.model.llama import random_model
 from repro.benchmarks.timing import peak_bandwidth_gb_s
 from repro.validate_gpu.sizes import COMMITTED_GPU, COMMITTED_MODEL
+from repro.validate_gpu.step_timing import (BLOCK_SIZE, on_instance, prefill_flops, run_step, sequences,
+                                              sync, timed_step_s)
+from repro.validate_gpu.step_variants import packed_points, silu_mul_decode
 
 SEED = 0
-BLOCK_SIZE = 16
 GPU_PEAK_TFLOPS = {"A100": 312.0, "H100": 989.0, "H200": 989.0}  # dense fp16/bf16, datasheets (SXM)
 
 
@@ -44,37 +44,6 @@ def weight_bytes_read(model) -> int:
     tied = "lm_head.weight" not in model.w
     return sum(w.numel() * w.element_size() for name, w in model.w.items()
                if tied or name != "model.embed_tokens.weight")
-
-
-def prefill_flops(config, n: int) -> float:
-    """2 x (parameters touched per token) x n for the matrices, plus causal attention's QK and PV products."""
-    c = config
-    kv = c.num_kv_heads * c.head_dim
-    per_layer = c.hidden_size * (2 * c.hidden_size + 2 * kv) + 3 * c.hidden_size * c.intermediate_size
-    matrices = 2 * n * c.num_layers * per_layer + 2 * c.hidden_size * c.vocab_size  # LM head on the last token
-    return matrices + 2 * c.num_layers * c.hidden_size * n * (n + 1)
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def run_step(backend, seqs, tables, is_prefill: bool) -> None:
-    """One engine step of `seqs` (`tables[i]`: the rBlocks of `seqs[i]`), as the engine calls the backend."""
-    instance = SimpleNamespace(inst_id=0, rm=SimpleNamespace(tables={s.req_id: t for s, t in zip(seqs, tables)}))
-    backend.execute(instance, seqs, is_prefill)  # returns the ids on the host: the step is done
-
-
-def timed_step_s(backend, seqs, tables, is_prefill: bool, reps: int) -> float:
-    """Median wall seconds of one engine step over `reps`, after one warm-up."""
-    samples = []
-    for _ in range(reps + 1):
-        _sync(backend.device)
-        start = time.perf_counter()
-        run_step(backend, seqs, tables, is_prefill)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples[1:])
 
 
 def attention_time_s(backend, seqs, tables, reps: int = 3) -> float:
@@ -110,27 +79,11 @@ def attention_time_s(backend, seqs, tables, reps: int = 3) -> float:
         for _ in range(reps):
             spans = []
             run_step(backend, seqs, tables, False)
-            _sync(backend.device)
+            sync(backend.device)
             totals.append(sum(s.elapsed_time(e) / 1e3 for s, e in spans) if cuda else sum(spans))
     finally:
         del backend.step_kv  # the class's own method again
     return statistics.median(totals)
-
-
-def on_instance(addresses: list[int], inst_id: int = 0):
-    """A request's rBlocks at `addresses` of one instance's device tier."""
-    return [RBlock(i, inst_id, DEVICE, a) for i, a in enumerate(addresses)]
-
-
-def sequences(batch: int, tokens: int, vocab: int, rng, decode: bool):
-    seqs = []
-    for i in range(batch):
-        ids = rng.integers(0, vocab, tokens).tolist()
-        seq = Sequence(i, ids[:-1] if decode else ids, 2)
-        if decode:
-            seq.output_ids.append(ids[-1])
-        seqs.append(seq)
-    return seqs
 
 
 def decode_grid(batches, contexts, capacity_tokens: int):
@@ -202,7 +155,6 @@ def run(size, device: torch.device) -> dict:
     del backend
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    from repro.validate_gpu.step_variants import packed_points, silu_mul_decode  # (it imports this module)
 
     packed = packed_points(model, size, device, rng, predictor, peak_tf)
     silu_decode = silu_mul_decode(model, size, device, rng)
