@@ -19,21 +19,21 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from multiprocessing import get_context
 
-from reference_impl.sim.config import sim_engine
-from reference_impl.systems.registry import cluster, system_config
-from repro.experiments.e2e import GPU, _requests
+from reference_impl.systems.registry import system_config
+from repro.benchmarks.scale_cluster import GPU, MODEL, SEED, base_config
+from repro.benchmarks.scale_gmanager import bench_gmanager
+from repro.experiments.e2e import _requests
 from repro.load import load_1m
 from repro.serving.curves import CurveGroup, find_saturation
 from repro.serving.sweep import in_process
 
-MODEL, TRACE = "llama2-7b", 0
+TRACE = 0
 SIZES = (32, 128, 512, 1024, 4096, 8192)
 DEFAULT_MAX_GPUS = 1024  # 4096 and 8192 take tens of minutes: behind --max-gpus
 SYSTEMS = ("infinite-llm", "vllm-m")
 LOADS = (0.5, 1.5)
 REQUESTS_PER_GPU = 31.25  # 1,000 requests on 32 GPUs, as the table
 PROBE_GPUS = 32
-SEED = 0
 # The goals (one core of this machine): GPUs, requests, CPU s, peak MiB (None: no memory goal). They run
 # Infinite-LLM at GOAL_RATE_PER_GPU, the rate of the table the goals were set against.
 GOALS = ((1024, 100_000, 90.0, None), (8192, 1_000_000, 900.0, 8 * 1024.0))
@@ -53,10 +53,6 @@ class ScalePoint:
     rss_before_mib: float  # the same process before the call (interpreter, imports, the requests)
     num_events: int  # steps (decode/prefill) recorded
     num_finished: int
-
-
-def base_config(num_gpus: int):
-    return cluster(MODEL, GPU, num_gpus, engine=sim_engine(seed=SEED))
 
 
 def num_requests(num_gpus: int) -> int:
@@ -107,7 +103,6 @@ def bench(log, sizes=None, max_gpus: int = DEFAULT_MAX_GPUS) -> dict:
                 log(f"{num_gpus:5d} GPUs {system:12s} {load}x: {point.cpu_s:8.1f} CPU s, "
                     f"{point.cpu_s_per_1k_requests:6.2f} s per 1000 requests, {point.maxrss_mib:7.0f} MiB peak")
                 points.append(asdict(point))
-    from repro.benchmarks.scale_gmanager import bench_gmanager
     rounds = bench_gmanager(log, max(sizes))
     return {"model": MODEL, "gpu": GPU, "trace_id": TRACE, "requests_per_gpu": REQUESTS_PER_GPU,
             "saturation": {"per_gpu_per_s": saturation, "probe_gpus": PROBE_GPUS,

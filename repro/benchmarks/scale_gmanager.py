@@ -19,7 +19,7 @@ import numpy as np
 from reference_impl.control.gmanager import GManager
 from reference_impl.control.protocol import Heartbeat
 from reference_impl.systems.run import simulate
-from repro.benchmarks.scale import base_config
+from repro.benchmarks.scale_cluster import base_config
 from repro.experiments.e2e import _requests
 
 GMANAGER_SIZES = (32, 128, 512, 1024, 4096, 8192)
