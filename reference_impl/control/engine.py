@@ -40,11 +40,13 @@ CHUNKED_UNSUPPORTED = ("this backend prefills whole prompts only (chunked prefil
 class Engine:
     def __init__(self, config: EngineConfig, backend: Backend, *, perf_model: PerfModel | None = None,
                  placement: Placement = Placement(), clock=time.perf_counter):
-        """`placement`: a design's own rules for where KV goes (control/placement.py), given to every instance;
+        """`placement`: a design's own rules for where KV goes (control/placement.py), given to every instance (priced
+        with `perf_model` where they read it);
         `clock() -> seconds`: what the gManager's interval is measured on (a serving loop passes its own)."""
         self.config = config
         self.backend = backend
         self.gmanager = GManager(config, perf_model)
+        placement = placement.for_cost_model(perf_model)
         self.rng = np.random.default_rng(config.seed)
         if config.chunked_prefill_tokens is not None and not getattr(backend, "supports_chunked_prefill", False):
             raise InputError(CHUNKED_UNSUPPORTED)

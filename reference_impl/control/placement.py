@@ -20,3 +20,10 @@ class Placement:
     # member of its prefill group, which a real backend prefills sequence-parallel (each member computes its run's
     # tokens: backends/ray/sp_prefill.py); None, or a None answer: the rManager's own admission
     segments: Callable[[RManager, Sequence, int], list[tuple[int, int]] | None] | None = None
+    # the engine's cost model (None where it has none) -> the placement whose rules price the machine with it
+    # (LoongServe's prefill group, chosen by its analytic model); the engine calls it once as it is built
+    priced: Callable[[object], "Placement"] | None = None
+
+    def for_cost_model(self, perf_model) -> "Placement":
+        """The rules an engine with cost model `perf_model` (None: none) builds its instances with."""
+        return self if self.priced is None else self.priced(perf_model)

@@ -1,15 +1,19 @@
 """LoongServe on the Ray backend (the design's EngineRun: systems/loongserve/on_engine.py, its placement handed to
-every instance actor): each prompt split over its prefill group and prefilled sequence-parallel (every member
+every instance actor, priced with the engine's cost model): each prompt split over the prefill group LoongServe's
+analytic model chooses and prefilled sequence-parallel (every member
 computes its own segment through the layers, backends/ray/sp_prefill.py), decode multi-master over the instances
 holding the KV (DistAttention's remote path), no KV ever moved; the tokens of one local instance."""
 import pytest
 
 ray = pytest.importorskip("ray")
 
+from dataclasses import replace  # noqa: E402
+
 from reference_impl.backends.local import generate as local_generate  # noqa: E402
 from reference_impl.backends.ray import RayConfig, RayEngine  # noqa: E402
 from reference_impl.backends.ray.serving import engine_run, loop_stats  # noqa: E402
 from reference_impl.backends.ray.stats import LoopStats  # noqa: E402
+from reference_impl.calibration.model import CalibratedPerfModel  # noqa: E402
 from reference_impl.control.engine import EngineConfig  # noqa: E402
 from reference_impl.control.sequence import Sequence  # noqa: E402
 from reference_impl.model.llama import TINY, random_model  # noqa: E402
@@ -25,8 +29,12 @@ NUM_NEW = 8
 
 def test_prefilled_sequence_parallel_and_decoded_multi_master_as_one_instance():
     run = engine_run(design("loongserve"), 2, 8, 4, seed=3)
-    assert (run.placement, run.config.pooling, run.config.exclusive_roles) == (peer_placement(), True, False)
-    engine = RayEngine(run.config, MODEL, RayConfig(), placement=run.placement, homes=run.homes, moves=run.moves)
+    assert (run.placement, run.config.pooling, run.config.exclusive_roles) == (peer_placement(2, 64), True, False)
+    a100 = CalibratedPerfModel.for_setting(model="llama2-7b", gpu="A100-80GB-SXM")
+    # attention-bound, so that the analytic model splits a 44-token prompt (tests/designs/test_loongserve_peers.py)
+    perf_model = replace(a100, prefill_attn_s_per_pair=2000.0 * a100.prefill_attn_s_per_pair)
+    engine = RayEngine(run.config, MODEL, RayConfig(), perf_model=perf_model, placement=run.placement,
+                       homes=run.homes, moves=run.moves)
     holders: dict[int, set] = {}
 
     def watch(engine):

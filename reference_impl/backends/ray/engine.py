@@ -44,8 +44,9 @@ class RayEngine:
                  gmanager_config: GManagerConfig | None = None, perf_model=None, placement: Placement = Placement(),
                  homes: tuple[int, ...] | None = None, moves=None):
         """gmanager_config: the gManager's knobs in place of `config.gmanager`; perf_model: the cost model its
-        Algorithm 1 reads; placement: a design's placement rules, given to every instance as it is built; homes:
-        the instances `add_request` dispatches to (None: all; Lamina's: its compute instances; prefill/decode
+        Algorithm 1 reads (and a placement that prices the machine: Placement.priced); placement: a design's
+        placement rules, given to every instance as it is built; homes: the instances `add_request` dispatches to
+        (None: all; Lamina's: its compute instances; prefill/decode
         disaggregation's: its prefill instances); moves: a design's rule for moving running requests whole between
         instances, given to every instance as it is built (control/request_move.py RequestMoves; None: none)."""
         self.config = config
@@ -72,6 +73,7 @@ class RayEngine:
                              f"({rc.placement_strategy}) within {rc.timeout_s:.0f} s; "
                              f"see `ray status`, or lower --instances") from None
         model_ref = ray.put(model)
+        placement = placement.for_cost_model(perf_model)
         gm_config = config if gmanager_config is None else replace(config, gmanager=gmanager_config)
         device = "cuda" if rc.gpus_per_instance else "cpu"
         self.actors = {i: InstanceActor.options(

@@ -9,6 +9,9 @@ The group of a prefill is chosen by the objective of the repository's scheduler 
 `_schedule_new_req_list` and its C++ dynamic program longserve_c_scheduler/src/main.cpp): a batch's time weighted
 by the sum of its requests' 1 / input length, plus, for every instance drawn from its decode batch, that batch's
 slow-down (`_schedule_new_req_list_with_decoding`: time * batch size * batch size / its output tokens so far).
+
+One copy for every backend: the simulator's backend (backend.py) and the real backends' segment rule
+(placement.py `SequenceParallel`) both fit with `prefill_model_for` and choose with `choose_group`.
 """
 from dataclasses import dataclass
 
@@ -61,6 +64,17 @@ def fit_prefill_model(model: CalibratedPerfModel, max_degree: int, max_tokens: i
         errors.append(np.abs(features @ coef - t) / t)
     errors = np.concatenate(errors)
     return PrefillModel(tuple(coefs), float(errors.mean()), float(errors.max()))
+
+
+_FITS: dict = {}  # (cost model, max degree, max tokens) -> PrefillModel: one fit per cluster, shared by its runs
+
+
+def prefill_model_for(model: CalibratedPerfModel, max_degree: int, max_tokens: int) -> PrefillModel:
+    """`fit_prefill_model`, fitted once per (cost model, max degree, max tokens) in this process."""
+    key = (model, max_degree, max_tokens)
+    if key not in _FITS:
+        _FITS[key] = fit_prefill_model(*key)
+    return _FITS[key]
 
 
 @dataclass(frozen=True, slots=True)

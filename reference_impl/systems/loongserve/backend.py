@@ -14,12 +14,10 @@ from reference_impl.control.instance import Instance
 from reference_impl.control.sequence import Sequence
 from reference_impl.sim.backend import Pending, SimBackend, StepOutcome
 from reference_impl.sim.config import blocks_per_instance, perf_model
-from reference_impl.systems.loongserve.analytic import Candidate, PrefillModel, choose_group, fit_prefill_model
+from reference_impl.systems.loongserve.analytic import Candidate, PrefillModel, choose_group, prefill_model_for
 from reference_impl.systems.loongserve.counters import LoongServeCounters
 from reference_impl.systems.loongserve.knobs import LoongServeKnobs
 from reference_impl.systems.loongserve.sp_cost import batch_shape, ring_prefill
-
-_FITS: dict = {}  # (cost model, max degree, max tokens) -> PrefillModel: one fit per cluster, shared by its runs
 
 
 class LoongServeBackend(SimBackend):
@@ -31,10 +29,8 @@ class LoongServeBackend(SimBackend):
         n = config.engine.num_instances
         self.ring_model = self.model if knobs.ring_link is None else perf_model(replace(config, link=knobs.ring_link))
         max_tokens = n * blocks_per_instance(config, self.model) * config.engine.block_size
-        key = (self.ring_model, min(n, knobs.max_degree or n), max_tokens)
-        if key not in _FITS:
-            _FITS[key] = fit_prefill_model(*key)
-        self.prefill_model: PrefillModel = _FITS[key]
+        degree = min(n, knobs.max_degree or n)
+        self.prefill_model: PrefillModel = prefill_model_for(self.ring_model, degree, max_tokens)
         self.busy_until = [0.0] * n  # when each instance's step in flight, or the prefill group it is in, ends
         self.prefill_until = [0.0] * n  # when the last prefill group each instance was in ends
         self.counters = LoongServeCounters()

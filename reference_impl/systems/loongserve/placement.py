@@ -11,9 +11,12 @@ to every instance: the local engine's rManagers, on Ray the gManager's last view
   decoding instance would force it into the ring, which LoongServe does only when its model says the prefill gains
   more than the decode batch loses (the simulator's backend adds such members by that rule). The Scheduler asks
   `fits` first, so a prompt this placement cannot take waits without allocating.
-- Sequence-parallel prefill (real backends, `SequenceParallel`): a prompt's rBlocks are split evenly over its group
-  (the master and idle instances), one run per member in token order, which the backend prefills with each member
-  computing its own run's tokens (the simulator prices the ring instead: backend.py).
+- Sequence-parallel prefill (real backends, `SequenceParallel`): a prompt's group is the master and as many idle
+  instances as LoongServe's analytic model chooses (analytic.py `choose_group` on the PrefillModel fitted to the
+  engine's cost model: the simulator's own choice, one copy); its rBlocks are split evenly over the group, one run
+  per member in token order, which the backend prefills with each member computing its own run's tokens (the
+  simulator prices the ring instead: backend.py). An engine with no calibrated cost model keeps a fallback: every
+  idle instance that can take an even share.
 - Scale-up: a decoding request whose master is full gets its next rBlock where its KV tail is, else on an idle
   instance, else on the one with the most room (RManager.append_block with the same hint); old KV never moves.
 - No rebalancing: a debtor brings no borrowed block home when room frees (the Scheduler's `retrieval`).
@@ -21,8 +24,10 @@ to every instance: the local engine's rManagers, on Ray the gManager's last view
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.control.placement import Placement
 from reference_impl.control.sequence import Sequence
+from reference_impl.systems.loongserve.analytic import Candidate, PrefillModel, choose_group, prefill_model_for
 
 
 def _no_retrieval(room: int) -> int:
@@ -93,16 +98,22 @@ def even_shares(num_blocks: int, k: int) -> list[int]:
 @dataclass(frozen=True, slots=True)
 class SequenceParallel:
     """Placement.segments on a real backend: a prompt's prefill group is its master and the idle peers (the freest
-    first, as `idle_peers`), as many as can each take an even share of its rBlocks (at least one each) and at most
-    `max_degree` (None: every instance); its rBlocks split into one run per member in token order, the master's
-    first. None (the master alone: the rManager's admission) when no peer can join. The group rule is this simple
-    one, not LoongServe's analytic model (analytic.py: the simulator's, which needs the calibrated cost model)."""
+    first, as `idle_peers`), at most `max_degree` (None: every instance) and, with `prefill_model`, as many as
+    LoongServe's analytic model chooses for the prompt (`choose_group`, the simulator's choice: an idle peer is a
+    candidate with no wait and no decode batch, so the model decides the degree); then as many of them as can each
+    take an even share of its rBlocks (at least one each). Its rBlocks split into one run per member in token order,
+    the master's first. None (the master alone: the rManager's admission) when no peer joins. Without
+    `prefill_model` (an engine with no calibrated cost model) every idle peer that can take a share joins."""
     max_degree: int | None = None
+    prefill_model: PrefillModel | None = None
 
     def __call__(self, rm, seq: Sequence, num_blocks: int) -> list[tuple[int, int]] | None:
         peers = rm.peers
         idle = idle_peers(rm, rm.inst_id)
         k = min(num_blocks, 1 + len(idle), self.max_degree or len(peers))
+        if k > 1 and self.prefill_model is not None:
+            k = min(k, len(choose_group(self.prefill_model, [seq.num_tokens], [Candidate(rm.inst_id, 0.0, 0.0)],
+                                        [Candidate(i, 0.0, 0.0) for i in idle])))
         for k in range(k, 1, -1):
             members = [rm.inst_id, *idle[:k - 1]]
             shares = even_shares(num_blocks, k)
@@ -111,9 +122,30 @@ class SequenceParallel:
         return None
 
 
-def peer_placement(max_degree: int | None = None) -> Placement:
-    """The rules on a real backend, read through an instance's rManager and its peers (the local engine's
-    rManagers; on Ray the gManager's last view of each peer): module functions and values, so that the Ray backend
-    can hand the placement to every instance actor and equal placements are one engine."""
-    return Placement(recommend=idle_peers, retrieval=_no_retrieval, fits=fits_idle_peers,
-                     segments=SequenceParallel(max_degree))
+def _rules(segments: SequenceParallel, priced=None) -> Placement:
+    return Placement(recommend=idle_peers, retrieval=_no_retrieval, fits=fits_idle_peers, segments=segments,
+                     priced=priced)
+
+
+@dataclass(frozen=True, slots=True)
+class PricedPeerPlacement:
+    """Placement.priced: the rules with the PrefillModel fitted to the engine's cost model (as the simulator fits
+    it: degrees 1 .. `max_degree`, batches up to `max_tokens`), or the fallback rule where the engine has no
+    calibrated cost model (None, or the gManager's analytic roofline, which cannot price a ring)."""
+    max_degree: int
+    max_tokens: int
+
+    def __call__(self, perf_model) -> Placement:
+        if not isinstance(perf_model, CalibratedPerfModel):
+            return _rules(SequenceParallel(self.max_degree))
+        return _rules(SequenceParallel(self.max_degree, prefill_model_for(perf_model, self.max_degree,
+                                                                          self.max_tokens)))
+
+
+def peer_placement(max_degree: int, max_tokens: int) -> Placement:
+    """The rules on a real backend of up to `max_tokens` KV tokens, prefill groups of at most `max_degree`
+    instances, read through an instance's rManager and its peers (the local engine's rManagers; on Ray the
+    gManager's last view of each peer): module functions and values, so that the Ray backend can hand the placement
+    to every instance actor and equal placements are one engine. The engine prices it with its cost model
+    (`PricedPeerPlacement`) as it is built."""
+    return _rules(SequenceParallel(max_degree), PricedPeerPlacement(max_degree, max_tokens))
