@@ -3,8 +3,9 @@ One token pool over the instances; each prefill runs sequence-parallel on a grou
 model (backend.py, analytic.py, sp_cost.py); KV stays where the prefill put it and decode is multi-master remote
 attention; placement and scale-up through the Scheduler's creditor hint (placement.py), dispatch (policy.py). Run
 for real on the local and the Ray backend (on_engine.py): the placement read through each instance's peers, each
-prompt split into one segment per member of its group (a simple rule: the master and the idle instances), the
-segments prefilled by their members (backends/sp_prefill.py), decode multi-master (DistAttention's remote path)."""
+prompt split into one segment per member of its group (the master and the idle instances the same analytic model
+chooses on the engine's cost model), the segments prefilled by their members (backends/sp_prefill.py), decode
+multi-master (DistAttention's remote path)."""
 from dataclasses import replace
 
 from reference_impl.sim.config import SimConfig
