@@ -34,6 +34,30 @@ def test_a_point_is_the_median_of_repeats_and_keeps_the_measured_spread():
     assert "mean_tpot_s" not in table
 
 
+def test_the_engine_costs_are_per_served_step_and_per_call_over_every_designs_saturation_run():
+    """Every Ray arm prices the same engine costs from its saturation runs: a design that served nothing and called
+    no peer does not dilute them (the two-design arms' Infinite-LLM serves none at their size), the served and call
+    costs are means weighted by their counts, and the co-run slowdown is the CPU ratio times the core share."""
+    pytest.importorskip("ray")
+    from repro.experiments.sim_vs_real.co_run import CoRun
+    from repro.experiments.sim_vs_real.ray_calibration import engine_costs
+
+    def engine(served, serve_ms, calls, call_ms, wall_ms, cpu_ms):
+        return {"engine": {"num_served": served, "serve_ms": serve_ms, "serve_cpu_ms": serve_ms / 2,
+                           "num_peer_calls": calls, "peer_call_each_ms": call_ms, "compute_ms": wall_ms,
+                           "compute_cpu_ms": cpu_ms}}
+
+    co_run = CoRun(1.3, [10.0], [13.0], 2, 16, 1.1, [9.0], [9.9])
+    idle = engine(0, 0.0, 0, 0.0, 15.0, 10.0)
+    costs = engine_costs({"design": engine(10, 8.0, 4, 5.0, 15.0, 10.0), "infinite-llm": idle}, co_run)
+    assert costs["served_step_s"] == pytest.approx(8e-3) and costs["served_cpu_s"] == pytest.approx(4e-3)
+    assert costs["peer_call_s"] == pytest.approx(5e-3)
+    assert costs["co_run_slowdown"] == pytest.approx(1.1 * 1.5)
+    both = engine_costs({"a": engine(10, 8.0, 1, 2.0, 10.0, 10.0), "b": engine(30, 4.0, 3, 6.0, 10.0, 10.0)}, co_run)
+    assert both["served_step_s"] == pytest.approx(5e-3) and both["peer_call_s"] == pytest.approx(5e-3)
+    assert engine_costs({"a": idle, "b": idle}, co_run)["served_step_s"] == 0.0  # none served: none priced
+
+
 @pytest.mark.slow
 def test_a_tiny_run_measures_and_predicts_every_rate(tmp_path):
     exp = get_experiment("sim-vs-real")

@@ -138,6 +138,13 @@ def test_sim_vs_real_lamina_arm_serves_lamina_on_a_compute_and_a_memory_instance
     assert lamina["engine"]["messaging_ms"] > 0 and arm["message_latency_per_step_s"] > 0
     assert arm["pipelining"]["pipelined_tok_s_over_predicted"] >= 1.0  # the pipeline never lengthens a step
     assert set(arm["ranking"]["same"]) == {"output_tok_s", "mean_ttft_s"}
+    # calibrated as the pooled arm is: the Ray engine's own steps, then, on every rate's, the engine costs measured
+    # in the saturation runs (Lamina's memory instance served its compute instance's attention)
+    first, costs = arm["calibrations"]
+    assert first["step_overhead_source"].startswith("Ray engine steps") and "co_run_slowdown" not in first
+    assert costs["co_run_slowdown"] == arm["co_run"]["co_run_slowdown_simulated"] > 0
+    assert costs["co_run_slowdown"] == pytest.approx(arm["co_run"]["cpu_ratio"] * arm["co_run"]["core_share_stretch"])
+    assert arm["saturation"]["lamina"]["engine"]["num_served"] > 0 and costs["served_step_s"] > 0
 
 
 def test_the_ray_engines_steps_calibrate_the_step_overhead(tmp_path):

@@ -29,7 +29,7 @@ import numpy as np
 import ray
 import torch
 
-from reference_impl.backends.ray import RayConfig, init_ray
+from reference_impl.backends.ray import init_ray
 from reference_impl.backends.ray.serving import RayServer, engine_config
 from reference_impl.calibration.links import GLOO
 from reference_impl.calibration.model import CalibratedPerfModel
@@ -42,19 +42,13 @@ from reference_impl.systems.catalog import design
 from reference_impl.systems.registry import system_config
 from repro.load import load_1m
 from repro.progress import progress
-from repro.experiments.sim_vs_real.calibration import (CPU_HARDWARE, add_engine_costs, add_measured_link, add_ray_steps,
-                                           calibrate, calibration_record, context_tokens, overhead_batches)
-from repro.experiments.sim_vs_real.co_run import measure_co_run
-from repro.experiments.sim_vs_real.ray_steps import RaySteps
+from repro.experiments.sim_vs_real.calibration import CPU_HARDWARE
 from repro.experiments.sim_vs_real.points import make_points, run_summary
+from repro.experiments.sim_vs_real.ray_calibration import (RayCalibration, co_run_record, costs_text, engine_costs,
+                                                           ray_config_for)
 from repro.experiments.sim_vs_real.ray_runs import measure_saturation, rates_from, saturation_text, served_summary
 
 SYSTEMS = ("infinite-llm", "vllm-m")
-# The profile's ops are timed in process CPU time: on a shared machine wall-clock medians of the same op moved 40x
-# between two calibrations a minute apart (load 4-7); the link is a latency, timed on the wall clock
-CALIBRATION_CLOCK = "cpu"
-RAY_STEP_DECODE = 8  # decode steps per measured batch of the Ray engine's step grid
-RAY_STEP_REPEATS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,15 +81,6 @@ def sim_config(engine, gm_config, model: str, coefficients_path: Path):
                      coefficients_path=str(coefficients_path), engine=replace(engine, gmanager=gm_config))
 
 
-def core_share_stretch(saturation: dict) -> float:
-    """How much longer a loop's compute phase takes on the wall clock than in its CPU time while every instance
-    serves past saturation (both systems' saturation runs together): the share of a core a loop gets beside the
-    other loops, the driver, the gManager and Ray's threads."""
-    wall = sum(s["engine"]["compute_ms"] for s in saturation.values())
-    cpu = sum(s["engine"]["compute_cpu_ms"] for s in saturation.values())
-    return wall / cpu if cpu > 0 else 1.0
-
-
 def _max_tput_ratio(points: list[dict], side: str) -> float | None:
     best = {s: max((p[f"{side}_output_tok_s"] for p in points if p["system"] == s), default=None) for s in SYSTEMS}
     if not best[SYSTEMS[0]] or not best[SYSTEMS[1]]:
@@ -108,10 +93,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
     """Measured and simulated runs of both systems at every rate; `make_requests(rate)` gives the workload."""
     model = random_model(spec, seed, torch.float32)
     threads_before = torch.get_num_threads()
-    # a core per instance, and both systems' engines stay warm (one serves at a time, the others held), beside the
-    # one-instance engine whose steps calibrate the step overhead: a third of a logical CPU per instance places
-    # them all on `num_instances` CPUs
-    ray_config = RayConfig(num_cpus=setup.num_instances, cpus_per_instance=1.0 / (len(SYSTEMS) + 1))
+    ray_config = ray_config_for(setup.num_instances, len(SYSTEMS))
     configs = {s: engine_config(design(s), setup.num_instances, setup.blocks_per_instance, setup.block_size,
                                 max_batch_size=setup.max_batch_size, seed=seed) for s in SYSTEMS}
 
@@ -120,53 +102,29 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
 
     loads = [load_1m()]
     burst = make_requests(float("inf"))
-    calibrations = []
-
-    def calibrated(repeat: int, rate: float, engine_costs: dict | None = None) -> Path:
-        torch.set_num_threads(1)  # as each instance's actor runs (REPRO_RAY_TORCH_THREADS)
-        path = calibrate(spec, torch.device("cpu"), torch.float32, seed, burst, setup.max_batch_size, CALIBRATION_CLOCK,
-                         quick, folder, len(calibrations))
-        add_ray_steps(path, spec.name, ray_steps.measure(overhead_batches(setup.max_batch_size), RAY_STEP_REPEATS))
-        link_s = add_measured_link(path)
-        add_engine_costs(path, spec.name, engine_costs or {}, "Infinite-LLM's saturation run of this arm (Ray engine)")
-        calibrations.append({"system": "pooled", "repeat": repeat, "rate_per_s": rate,
-                             **calibration_record(path, load_1m()), "link_one_way_s": link_s, **(engine_costs or {})})
-        return path
-
     # the engines' gManagers run Algorithm 1 on this machine's cost model (the first calibration), as the simulated
     # gManager does on each rate's
     gm_config = GManagerConfig(interval_s=setup.gmanager_interval_s)
     started = init_ray(ray_config)
-    server, ray_steps = None, None
+    server, calibration = None, None
     try:
-        ray_steps = RaySteps(model, ray_config, max_batch=setup.max_batch_size, prompt_len=context_tokens(burst),
-                             decode=RAY_STEP_DECODE, block_size=setup.block_size, seed=seed)
-        first = calibrated(-1, 0.0)
+        calibration = RayCalibration(spec, model, ray_config, label="pooled arm", num_instances=setup.num_instances,
+                                     max_batch=setup.max_batch_size, block_size=setup.block_size, burst=burst,
+                                     seed=seed, quick=quick, folder=folder)
+        first = calibration.calibrated(-1, 0.0)
         perf = CalibratedPerfModel.for_setting(model=spec.name, gpu=CPU_HARDWARE, link=GLOO, coefficients_path=first)
         server = RayServer(model, ray_config, gmanager_config=gm_config, perf_model=perf)
-        co_run = measure_co_run(model, ray_config, setup.num_instances, seed=seed, rounds=2 if quick else 3)
-        log(f"  pooled arm: an instance's step computes {co_run.co_run_slowdown:.2f}x as long beside the others "
-            f"(alone {', '.join(f'{x:.1f}' for x in co_run.alone_ms)} ms, together "
-            f"{', '.join(f'{x:.1f}' for x in co_run.together_ms)} ms)")
+        co_run = calibration.co_run(log)
         saturation = measure_saturation(measure, SYSTEMS, burst)
-        # measured in Infinite-LLM's saturation run (none served, no call: 0): a creditor serving a debtor step,
-        # on the wall clock (the debtor's wait) and in the serving thread's CPU time (the creditor's core), and
-        # one control-plane call on a peer that waits for its reply
-        measured = saturation[SYSTEMS[0]]["engine"]
-        core_share = core_share_stretch(saturation)
-        engine_costs = {"served_step_s": measured["serve_ms"] / 1e3, "served_cpu_s": measured["serve_cpu_ms"] / 1e3,
-                        "peer_call_s": measured["peer_call_each_ms"] / 1e3,
-                        "co_run_slowdown": co_run.cpu_ratio * core_share}
-        log(f"  pooled arm: a step's CPU time beside the others {co_run.cpu_ratio:.2f}x alone, its wall time "
-            f"{core_share:.2f}x its CPU time past saturation: co-run {engine_costs['co_run_slowdown']:.2f}")
+        costs = engine_costs(saturation, co_run)
+        log(f"  pooled arm: {costs_text(costs, co_run, saturation)}")
         rates = rates_from(saturation, rates, multipliers)
         log(f"  pooled arm, {setup.num_instances} Ray instances of {setup.blocks_per_instance} rBlocks: saturation "
             f"{saturation_text(saturation, rates)}; load {loads[-1]}")
         runs = []
         for repeat, rate in progress([(k, r) for k in range(repeats) for r in rates], desc="pooled arm", unit="rate"):
             requests = make_requests(rate)
-            base = sim_config(configs[SYSTEMS[0]], gm_config, spec.name,
-                              calibrated(repeat, rate, engine_costs))
+            base = sim_config(configs[SYSTEMS[0]], gm_config, spec.name, calibration.calibrated(repeat, rate, costs))
             for system in SYSTEMS:
                 load_before = load_1m()
                 measured, stats = measure(system, requests)
@@ -182,7 +140,7 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
                     f"{predicted['num_steps']}; step {stats['step_ms']:.1f} ms (control {stats['control_ms']:.1f}, "
                     f"wait {stats['wait_ms']:.1f}, messaging {stats['messaging_ms']:.1f}); load {loads[-1]}")
     finally:
-        for part in (server, ray_steps):
+        for part in (server, calibration):
             if part is not None:
                 part.close()
         torch.set_num_threads(threads_before)
@@ -192,10 +150,8 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
     for p in points:
         p.update(num_instances=setup.num_instances, pooling=configs[p["system"]].pooling)
     return {"setup": asdict(setup), "systems": list(SYSTEMS),
-            "co_run": {**asdict(co_run), "core_share_stretch": core_share,
-                       "co_run_slowdown_simulated": engine_costs["co_run_slowdown"]}, "saturation": saturation,
-            "rates_per_s": list(rates),
-            "calibrations": calibrations, "runs": runs, "points": points,
+            "co_run": co_run_record(co_run, saturation, costs), "saturation": saturation,
+            "rates_per_s": list(rates), "calibrations": calibration.records, "runs": runs, "points": points,
             "measured_max_tput_ratio": _max_tput_ratio(points, "measured"),
             "predicted_max_tput_ratio": _max_tput_ratio(points, "predicted"),
             "loadavg_1m": {"min": min(loads), "max": max(loads), "median": float(np.median(loads))}}

@@ -1,5 +1,5 @@
-"""What the Ray arms of sim-vs-real (pooled.py, lamina_arm.py) keep of a served run, and their saturation
-measurement: every request at once on each system's warmed-up engines."""
+"""What the Ray arms of sim-vs-real keep of a served run, their saturation measurement (every request at once on
+each system's warmed-up engines), and the two-design arms' runner (pd, Llumnix, LoongServe, Lamina)."""
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -86,26 +86,28 @@ def run_designs(spec, make_requests, setup, engine_runs: dict, simulated, *, lab
                 seed: int, quick: bool, folder: Path, log, rates=None, extra=None) -> dict:
     """Measured and simulated runs of each design of `engine_runs` (system -> (EngineConfig, serve kwargs)) on the
     same Ray instances and requests at every rate; `simulated(base, perf, requests) -> {system: SimConfig}` on the
-    calibration taken just before each rate (`base` the pooled arm's SimConfig of the first system's config), and
-    `extra(system, base, perf, requests) -> dict` what a run's record adds."""
-    from reference_impl.backends.ray import RayConfig, init_ray
+    calibration taken just before each rate (`base` the pooled arm's SimConfig of the last system's config: its
+    calibration, ray_calibration.RayCalibration, the pooled arm's, with the engine costs measured in these designs'
+    saturation runs), and `extra(system, base, perf, requests) -> dict` what a run's record adds."""
+    from reference_impl.backends.ray import init_ray
     from reference_impl.backends.ray.serving import RayServer
     from reference_impl.calibration.links import GLOO
     from reference_impl.calibration.model import CalibratedPerfModel
     from reference_impl.control.gmanager import GManagerConfig
     from reference_impl.model.llama import random_model
     from reference_impl.systems.run import simulate
-    from repro.experiments.sim_vs_real.calibration import (CPU_HARDWARE, add_measured_link, calibrate,
-                                                           calibration_record)
+    from repro.experiments.sim_vs_real.calibration import CPU_HARDWARE
     from repro.experiments.sim_vs_real.points import make_points
-    from repro.experiments.sim_vs_real.pooled import CALIBRATION_CLOCK, PooledSetup, sim_config
+    from repro.experiments.sim_vs_real.pooled import PooledSetup, sim_config
+    from repro.experiments.sim_vs_real.ray_calibration import (RayCalibration, co_run_record, costs_text,
+                                                               engine_costs, ray_config_for)
     from repro.load import load_1m
     from repro.progress import progress
 
     systems = tuple(engine_runs)
     model = random_model(spec, seed, torch.float32)
     threads_before = torch.get_num_threads()
-    ray_config = RayConfig(num_cpus=setup.num_instances, cpus_per_instance=1.0 / len(systems))
+    ray_config = ray_config_for(setup.num_instances, len(systems))
     pooled_setup = PooledSetup(setup.num_instances, setup.blocks_per_instance, setup.block_size,
                                setup.max_batch_size)
     gm_config = GManagerConfig(interval_s=pooled_setup.gmanager_interval_s)
@@ -114,31 +116,29 @@ def run_designs(spec, make_requests, setup, engine_runs: dict, simulated, *, lab
         config, serving = engine_runs[system]
         return served_summary(*server.serve(requests, config, seed=seed, **serving))
 
-    loads, calibrations, burst = [load_1m()], [], make_requests(float("inf"))
-
-    def calibrated(repeat: int, rate: float) -> Path:
-        torch.set_num_threads(1)  # as each instance's actor runs
-        path = calibrate(spec, torch.device("cpu"), torch.float32, seed, burst, setup.max_batch_size,
-                         CALIBRATION_CLOCK, quick, folder, 1000 + len(calibrations))
-        link_s = add_measured_link(path)
-        calibrations.append({"system": label, "repeat": repeat, "rate_per_s": rate,
-                             **calibration_record(path, load_1m()), "link_one_way_s": link_s})
-        return path
+    loads, burst = [load_1m()], make_requests(float("inf"))
 
     def perf_of(path: Path):
         return CalibratedPerfModel.for_setting(model=spec.name, gpu=CPU_HARDWARE, link=GLOO, coefficients_path=path)
 
     started = init_ray(ray_config)
-    server = None
+    server, calibration = None, None
     try:
-        server = RayServer(model, ray_config, gmanager_config=gm_config, perf_model=perf_of(calibrated(-1, 0.0)))
+        calibration = RayCalibration(spec, model, ray_config, label=label, num_instances=setup.num_instances,
+                                     max_batch=setup.max_batch_size, block_size=setup.block_size, burst=burst,
+                                     seed=seed, quick=quick, folder=folder, first=1000)
+        server = RayServer(model, ray_config, gmanager_config=gm_config,
+                           perf_model=perf_of(calibration.calibrated(-1, 0.0)))
+        co_run = calibration.co_run(log)
         saturation = measure_saturation(measure, systems, burst)
+        costs = engine_costs(saturation, co_run)
         rates = rates_from(saturation, rates, multipliers)
+        log(f"  {label}: {costs_text(costs, co_run, saturation)}")
         log(f"  {label}: saturation {saturation_text(saturation, rates)}; load {loads[-1]}")
         runs = []
         for repeat, rate in progress([(k, r) for k in range(repeats) for r in rates], desc=label, unit="rate"):
             requests = make_requests(rate)
-            path = calibrated(repeat, rate)
+            path = calibration.calibrated(repeat, rate, costs)
             perf = perf_of(path)
             base = sim_config(engine_runs[systems[-1]][0], gm_config, spec.name, path)
             sims = simulated(base, perf, requests)
@@ -156,12 +156,14 @@ def run_designs(spec, make_requests, setup, engine_runs: dict, simulated, *, lab
                     f"{1e3 * (predicted['mean_ttft_s'] or 0):.0f} ms; step {stats['step_ms']:.1f} ms{_kinds(stats)}; "
                     f"load {loads[-1]}")
     finally:
-        if server is not None:
-            server.close()
+        for part in (server, calibration):
+            if part is not None:
+                part.close()
         torch.set_num_threads(threads_before)
         if started:
             ray.shutdown()
     points = make_points(runs)
-    return {"setup": asdict(setup), "systems": list(systems), "saturation": saturation, "rates_per_s": list(rates),
-            "calibrations": calibrations, "runs": runs, "points": points, "ranking": ranking(points),
+    return {"setup": asdict(setup), "systems": list(systems), "co_run": co_run_record(co_run, saturation, costs),
+            "saturation": saturation, "rates_per_s": list(rates), "calibrations": calibration.records,
+            "runs": runs, "points": points, "ranking": ranking(points),
             "loadavg_1m": {"min": min(loads), "max": max(loads), "median": float(np.median(loads))}}
