@@ -1,8 +1,9 @@
 """sim-vs-real's Lamina arm: Lamina's attention offloading served for real on Ray (systems/lamina/local.py: one
 compute instance holding the weights and no KV, one memory instance holding every rBlock and computing its
 attention, DistAttention's remote path) and Infinite-LLM on the same two Ray instances, the same requests; both
-simulated with the cost model calibrated on this machine just before each rate (`repro profile` of one core in CPU
-time and the gloo link between two processes, as the pooled arm's).
+simulated with the cost model calibrated on this machine just before each rate (ray_calibration.py, as every Ray
+arm's: `repro profile` of one core in CPU time, the Ray engine's own steps, the gloo link between two processes and
+the engine costs measured in the saturation runs).
 
 The simulated Lamina is the design's own pricing (systems/lamina/step_cost.py) with its memory devices stood in by
 what the machine measured: one memory device per instance reading KV at the calibration's decode-attention rate,

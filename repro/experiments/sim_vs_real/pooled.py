@@ -8,7 +8,7 @@ recomputed, one that no instance holds is rejected), on the same instances with 
 The workload is a trace scaled by a fixed rule (workloads/scaling.py): the trace's `quantile` length fills one
 instance, so the requests above it outgrow one. Rates: multiples of the higher of the two systems' saturation
 rates, each measured first by serving every request at once. Clock: the wall clock (the instances are processes
-of their own). Calibration, taken before each rate: `repro profile` of one core in CPU time (the layers, the
+of their own). Calibration (ray_calibration.py, every Ray arm's), taken before each rate: `repro profile` of one core in CPU time (the layers, the
 attention kernel), the step overhead of the Ray engine's own steps on one instance alone (ray_steps.py; the
 in-process engine's is lower) and the gloo link between two processes (calibration/profile_link.py),
 the link the simulator's remote MicroAttention and KV moves travel; and, from Infinite-LLM's saturation run, what
