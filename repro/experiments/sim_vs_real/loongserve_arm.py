@@ -1,10 +1,10 @@
 """sim-vs-real's LoongServe arm: LoongServe served for real on Ray (systems/loongserve/on_engine.py: one token pool
-over the two instances, each prompt split over its prefill group, the master and an idle instance, and prefilled
-sequence-parallel, every member computing its own segment with the K/V over the gloo data plane; decode
-multi-master) and Infinite-LLM on the same two Ray instances, the same requests; both simulated with the cost model
-calibrated on this machine just before each rate. The simulated LoongServe is the design's own pricing
-(systems/loongserve/: the ring prefill on the group its analytic model chooses, the ring's hops over the
-calibration's gloo link), not the real run's group rule."""
+over the two instances, each prompt split over the prefill group LoongServe's analytic model chooses on the
+server's cost model, and prefilled sequence-parallel, every member computing its own segment with the K/V over the
+gloo data plane; decode multi-master) and Infinite-LLM on the same two Ray instances, the same requests; both
+simulated with the cost model calibrated on this machine just before each rate. The simulated LoongServe is the
+design's own pricing (systems/loongserve/: the ring prefill on the group the same analytic model chooses, the ring's
+hops over the calibration's gloo link)."""
 from reference_impl.backends.ray.serving import engine_run
 from reference_impl.systems.catalog import design
 from reference_impl.systems.registry import system_config

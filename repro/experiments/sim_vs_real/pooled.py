@@ -22,7 +22,7 @@ time), which the simulator applies to a step by the share of the others computin
 shared machine the wall-clock runs are slower than a CPU-time calibration predicts by what the load takes: the load
 average is kept before and after every run.
 """
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +36,6 @@ from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.control.gmanager import GManagerConfig
 from reference_impl.model.llama import random_model
 from reference_impl.serving.records import REJECTED
-from reference_impl.sim.config import SimConfig
 from reference_impl.systems.run import simulate
 from reference_impl.systems.catalog import design
 from reference_impl.systems.registry import system_config
@@ -44,8 +43,8 @@ from repro.load import load_1m
 from repro.progress import progress
 from repro.experiments.sim_vs_real.calibration import CPU_HARDWARE
 from repro.experiments.sim_vs_real.points import make_points, run_summary
-from repro.experiments.sim_vs_real.ray_calibration import (RayCalibration, co_run_record, costs_text, engine_costs,
-                                                           ray_config_for)
+from repro.experiments.sim_vs_real.ray_calibration import (RAY_GMANAGER_INTERVAL_S, RayCalibration, co_run_record,
+                                                           costs_text, engine_costs, ray_config_for, sim_config)
 from repro.experiments.sim_vs_real.ray_runs import measure_saturation, rates_from, saturation_text, served_summary
 
 SYSTEMS = ("infinite-llm", "vllm-m")
@@ -59,7 +58,7 @@ class PooledSetup:
     blocks_per_instance: int
     block_size: int
     max_batch_size: int
-    gmanager_interval_s: float = 0.05  # runs of seconds on a small machine: a round every few steps; both sides
+    gmanager_interval_s: float = RAY_GMANAGER_INTERVAL_S
 
 
 
@@ -71,14 +70,6 @@ def _sim_counts(result) -> dict:
             "num_peer_calls": result.num_peer_calls,
             "num_preemptions": sum(r.num_preemptions for r in result.requests),
             "num_rejected": sum(r.status == REJECTED for r in result.requests)}
-
-
-def sim_config(engine, gm_config, model: str, coefficients_path: Path):
-    """The simulated cluster of the real one: the engine's config with the gManager's knobs (its round interval
-    among them), its rBlocks per instance, this machine's calibration (`gpu` = CPU_HARDWARE, the name `repro
-    profile` gives it) and its gloo link."""
-    return SimConfig(model=model, gpu=CPU_HARDWARE, link=GLOO, num_blocks=engine.blocks_per_instance,
-                     coefficients_path=str(coefficients_path), engine=replace(engine, gmanager=gm_config))
 
 
 def _max_tput_ratio(points: list[dict], side: str) -> float | None:

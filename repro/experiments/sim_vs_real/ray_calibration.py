@@ -6,7 +6,7 @@ the Ray engine's own steps on one instance alone (ray_steps.py; the in-process e
 between two processes (profiling/link.py). Once, before the saturation runs: how much more CPU a step takes while
 every instance computes (co_run.py). From the saturation runs of the arm's designs: what the Ray engine costs beyond
 the cost model (EngineCosts), written into every later rate's calibration, which the simulator reads."""
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -22,6 +22,19 @@ from repro.load import load_1m
 CALIBRATION_CLOCK = "cpu"
 RAY_STEP_DECODE = 8  # decode steps per measured batch of the Ray engine's step grid
 RAY_STEP_REPEATS = 2
+RAY_GMANAGER_INTERVAL_S = 0.05  # runs of seconds on a small machine: a round every few steps; real and simulated
+
+
+def sim_config(engine, gm_config, model: str, coefficients_path: Path):
+    """The simulated cluster of the real one: the engine's config with the gManager's knobs (its round interval
+    among them), its rBlocks per instance, this machine's calibration (`gpu` = CPU_HARDWARE, the name `repro
+    profile` gives it) and its gloo link."""
+    from reference_impl.calibration.links import GLOO
+    from reference_impl.sim.config import SimConfig
+    from repro.experiments.sim_vs_real.calibration import CPU_HARDWARE
+
+    return SimConfig(model=model, gpu=CPU_HARDWARE, link=GLOO, num_blocks=engine.blocks_per_instance,
+                     coefficients_path=str(coefficients_path), engine=replace(engine, gmanager=gm_config))
 
 
 def ray_config_for(num_instances: int, num_designs: int):

@@ -98,9 +98,9 @@ def run_designs(spec, make_requests, setup, engine_runs: dict, simulated, *, lab
     from reference_impl.systems.run import simulate
     from repro.experiments.sim_vs_real.calibration import CPU_HARDWARE
     from repro.experiments.sim_vs_real.points import make_points
-    from repro.experiments.sim_vs_real.pooled import PooledSetup, sim_config
-    from repro.experiments.sim_vs_real.ray_calibration import (RayCalibration, co_run_record, costs_text,
-                                                               engine_costs, ray_config_for)
+    from repro.experiments.sim_vs_real.ray_calibration import (RAY_GMANAGER_INTERVAL_S, RayCalibration,
+                                                               co_run_record, costs_text, engine_costs,
+                                                               ray_config_for, sim_config)
     from repro.load import load_1m
     from repro.progress import progress
 
@@ -108,9 +108,7 @@ def run_designs(spec, make_requests, setup, engine_runs: dict, simulated, *, lab
     model = random_model(spec, seed, torch.float32)
     threads_before = torch.get_num_threads()
     ray_config = ray_config_for(setup.num_instances, len(systems))
-    pooled_setup = PooledSetup(setup.num_instances, setup.blocks_per_instance, setup.block_size,
-                               setup.max_batch_size)
-    gm_config = GManagerConfig(interval_s=pooled_setup.gmanager_interval_s)
+    gm_config = GManagerConfig(interval_s=RAY_GMANAGER_INTERVAL_S)
 
     def measure(system: str, requests) -> tuple[dict, dict]:
         config, serving = engine_runs[system]
