@@ -35,21 +35,16 @@ def test_prefilled_sequence_parallel_and_decoded_multi_master_as_one_instance():
     perf_model = replace(a100, prefill_attn_s_per_pair=2000.0 * a100.prefill_attn_s_per_pair)
     engine = RayEngine(run.config, MODEL, RayConfig(), perf_model=perf_model, placement=run.placement,
                        homes=run.homes, moves=run.moves)
-    holders: dict[int, set] = {}
-
-    def watch(engine):
-        for s in engine.snapshots.values():
-            for e in s.entries:
-                if e.num_blocks:
-                    holders.setdefault(e.req_id, set()).add(e.inst_id)
     try:
         seqs = [Sequence(i, list(p), NUM_NEW) for i, p in enumerate(PROMPTS)]
         for seq in seqs:  # both on instance 0: instance 1 stays idle, so the prefill group is both instances
             engine.add_request(seq, inst_id=0)
-        engine.run(on_poll=watch)
+        engine.run()
         want = local_generate(MODEL, PROMPTS, NUM_NEW, EngineConfig(1, 64, block_size=4), ignore_eos=True)
         assert [s.output_ids for s in seqs] == want.token_ids
-        assert len(seqs[0].placement) == 2 and holders[0] == {0, 1}  # its KV over both, attended there
+        # its KV over both (read at its end: the snapshots' entries may never show it, a quick run finishing between
+        # two of the driver's polls), attended there: num_remote_steps below
+        assert set(seqs[0].placement) == {0, 1}
         stats = loop_stats(engine)
         total = LoopStats.total(stats.values())
         assert total.num_moves_accepted == 0 and total.num_copied_blocks == 0  # placed, never moved
