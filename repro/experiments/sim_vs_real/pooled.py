@@ -36,7 +36,6 @@ from reference_impl.calibration.model import CalibratedPerfModel
 from reference_impl.control.gmanager import GManagerConfig
 from reference_impl.model.llama import random_model
 from reference_impl.serving.records import REJECTED
-from reference_impl.systems.run import simulate
 from reference_impl.systems.catalog import design
 from reference_impl.systems.registry import system_config
 from repro.load import load_1m
@@ -45,7 +44,8 @@ from repro.experiments.sim_vs_real.calibration import CPU_HARDWARE
 from repro.experiments.sim_vs_real.points import make_points, run_summary
 from repro.experiments.sim_vs_real.ray_calibration import (RAY_GMANAGER_INTERVAL_S, RayCalibration, co_run_record,
                                                            costs_text, engine_costs, ray_config_for, sim_config)
-from repro.experiments.sim_vs_real.ray_runs import measure_saturation, rates_from, saturation_text, served_summary
+from repro.experiments.sim_vs_real.ray_runs import (measure_saturation, rates_from, saturation_text,
+                                                   served_and_simulated, served_summary)
 
 SYSTEMS = ("infinite-llm", "vllm-m")
 
@@ -117,10 +117,8 @@ def run_pooled_arm(spec, make_requests, setup: PooledSetup, *, multipliers, repe
             requests = make_requests(rate)
             base = sim_config(configs[SYSTEMS[0]], gm_config, spec.name, calibration.calibrated(repeat, rate, costs))
             for system in SYSTEMS:
-                load_before = load_1m()
-                measured, stats = measure(system, requests)
-                loads.append(load_1m())
-                sim = simulate(system_config(system, base), requests)
+                measured, stats, sim, load_before = served_and_simulated(measure, system, requests,
+                                                                         system_config(system, base), loads)
                 predicted = {**asdict(run_summary(sim)), **_sim_counts(sim)}
                 runs.append({"system": system, "num_instances": setup.num_instances,
                              "pooling": configs[system].pooling, "repeat": repeat, "rate_per_s": rate,

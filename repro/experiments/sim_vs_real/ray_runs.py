@@ -37,6 +37,18 @@ def measure_saturation(measure, systems, burst) -> dict:
     return saturation
 
 
+def served_and_simulated(measure, system: str, requests, sim_config, loads: list) -> tuple:
+    """`system` served for real on `requests` (`measure`) and simulated on `sim_config`: (measured, engine stats, the
+    simulated run, the load average before); the load average after is appended to `loads`."""
+    from reference_impl.systems.run import simulate
+    from repro.load import load_1m
+
+    load_before = load_1m()
+    measured, stats = measure(system, requests)
+    loads.append(load_1m())
+    return measured, stats, simulate(sim_config, requests), load_before
+
+
 def rates_from(saturation: dict, rates, multipliers) -> tuple:
     """`rates` where given, else `multipliers` of the fastest system's saturation rate (3 significant digits)."""
     top = max(s["rate_per_s"] for s in saturation.values())
@@ -95,7 +107,6 @@ def run_designs(spec, make_requests, setup, engine_runs: dict, simulated, *, lab
     from reference_impl.calibration.model import CalibratedPerfModel
     from reference_impl.control.gmanager import GManagerConfig
     from reference_impl.model.llama import random_model
-    from reference_impl.systems.run import simulate
     from repro.experiments.sim_vs_real.calibration import CPU_HARDWARE
     from repro.experiments.sim_vs_real.points import make_points
     from repro.experiments.sim_vs_real.ray_calibration import (RAY_GMANAGER_INTERVAL_S, RayCalibration,
@@ -141,10 +152,9 @@ def run_designs(spec, make_requests, setup, engine_runs: dict, simulated, *, lab
             base = sim_config(engine_runs[systems[-1]][0], gm_config, spec.name, path)
             sims = simulated(base, perf, requests)
             for system in systems:
-                load_before = load_1m()
-                measured, stats = measure(system, requests)
-                loads.append(load_1m())
-                predicted = asdict(run_summary(simulate(sims[system], requests)))
+                measured, stats, sim, load_before = served_and_simulated(measure, system, requests, sims[system],
+                                                                         loads)
+                predicted = asdict(run_summary(sim))
                 runs.append({"system": system, "num_instances": setup.num_instances, "repeat": repeat,
                              "rate_per_s": rate, "measured": measured, "predicted": predicted, "engine": stats,
                              "loadavg_1m_before": load_before, "loadavg_1m_after": loads[-1],
